@@ -1,0 +1,144 @@
+"""Input arrays: checks the library cannot make (array-ness, ndim, dtype) and the conversion
+of host (NumPy) arrays into C-contiguous, aligned buffers with their sdm_p1_dtype codes.
+
+Only host memory is handled for now (the CPU backend). Device tensors (DLPack,
+``__cuda_array_interface__``) are detected and refused here; a device path would add a
+sibling of :class:`HostInputs` that yields device pointers and a stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ._library import ffi, lib
+
+__all__ = ["HostInputs", "prepare_inputs", "index_dtype_code", "value_dtype_code"]
+
+_INDEX_CODES = {np.dtype(np.int32): lib.SDM_P1_DTYPE_INT32, np.dtype(np.int64): lib.SDM_P1_DTYPE_INT64}
+
+
+def _is_bfloat16(dtype: np.dtype) -> bool:
+    return dtype.name == "bfloat16" and dtype.itemsize == 2
+
+
+def index_dtype_code(dtype) -> int:
+    """The sdm_p1_dtype of an index dtype (int32 or int64); ValueError otherwise."""
+    dt = np.dtype(dtype)
+    if dt not in _INDEX_CODES:
+        raise ValueError(f"slot ids must be int32 or int64, got dtype {dt}")
+    return _INDEX_CODES[dt]
+
+
+def value_dtype_code(dtype) -> int:
+    """The sdm_p1_dtype of a value dtype: float32, or bfloat16 given as uint16 bits, as a
+    dtype named 'bfloat16' (ml_dtypes, JAX) or as the string 'bfloat16'; ValueError otherwise."""
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return lib.SDM_P1_DTYPE_BFLOAT16
+    dt = np.dtype(dtype)
+    if dt == np.float32:
+        return lib.SDM_P1_DTYPE_FLOAT32
+    if dt == np.uint16 or _is_bfloat16(dt):
+        return lib.SDM_P1_DTYPE_BFLOAT16
+    raise ValueError(
+        f"values must be float32, or bfloat16 (uint16 bit patterns or a 'bfloat16' dtype), got dtype {dt}"
+    )
+
+
+def _host_array(name: str, x, ndim: int, layout: str) -> np.ndarray:
+    if x is None:
+        raise ValueError(f"{name}: an array is required, got None")
+    if not isinstance(x, np.ndarray) and (
+        hasattr(x, "__cuda_array_interface__")
+        or (hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] != 1)
+    ):
+        raise NotImplementedError(
+            f"{name}: device (GPU) arrays are not supported by this version of sdm_phase1; "
+            "pass NumPy arrays (CPU backend)"
+        )
+    try:
+        arr = np.asarray(x)
+    except Exception as e:  # ragged lists and the like
+        raise ValueError(f"{name}: not convertible to an array ({e})") from e
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-D array {layout}, got shape {arr.shape}")
+    return np.require(arr, requirements=("C_CONTIGUOUS", "ALIGNED"))
+
+
+@dataclass
+class HostInputs:
+    """Host input arrays ready for sdm_p1_execute (C-contiguous, aligned, checked dtypes).
+
+    ``value_view`` is the dtype the value-dtype outputs (cpe, k_eff, q_w) are shown with:
+    float32, uint16, or the caller's 'bfloat16' dtype."""
+
+    k_idx: np.ndarray
+    q_idx: np.ndarray
+    k_val: np.ndarray
+    q_val: np.ndarray
+    g: np.ndarray
+    beta: Optional[np.ndarray]
+    index_dtype: int
+    value_dtype: int
+    value_view: np.dtype
+
+    def fill(self, inputs) -> list:
+        """Fills an ``sdm_p1_inputs*``; returns the cffi buffers to keep alive during the call."""
+        keep = []
+
+        def ptr(a):
+            buf = ffi.from_buffer(a)
+            keep.append(buf)
+            return buf
+
+        inputs.struct_size = ffi.sizeof("sdm_p1_inputs")
+        inputs.k_idx = ptr(self.k_idx)
+        inputs.q_idx = ptr(self.q_idx)
+        inputs.k_val = ptr(self.k_val)
+        inputs.q_val = ptr(self.q_val)
+        inputs.g = ffi.cast("const float*", ptr(self.g))
+        inputs.beta = ffi.cast("const float*", ptr(self.beta)) if self.beta is not None else ffi.NULL
+        return keep
+
+
+def prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta=None) -> HostInputs:
+    """Checks array-ness, ndim and dtypes, and makes C-contiguous aligned host arrays.
+
+    Shapes are not compared here (see Plan and phase1_forward)."""
+    k_idx = _host_array("k_idx", k_idx, 3, "[N, C, W]")
+    q_idx = _host_array("q_idx", q_idx, 3, "[N, C, R]")
+    k_val = _host_array("k_val", k_val, 3, "[N, C, W]")
+    q_val = _host_array("q_val", q_val, 3, "[N, C, R]")
+    g = _host_array("g", g, 3, "[N, C, 1] or [N, C, W]")
+    if beta is not None:
+        beta = _host_array("beta", beta, 2, "[N, C]")
+
+    if k_idx.dtype not in _INDEX_CODES:
+        raise ValueError(f"k_idx must be int32 or int64, got dtype {k_idx.dtype}")
+    if q_idx.dtype != k_idx.dtype:
+        raise ValueError(f"q_idx must have k_idx's dtype {k_idx.dtype}, got {q_idx.dtype}")
+    try:
+        value_code = value_dtype_code(k_val.dtype)
+    except ValueError:
+        raise ValueError(
+            "k_val must be float32, or bfloat16 (uint16 bit patterns or a 'bfloat16' dtype), "
+            f"got dtype {k_val.dtype}"
+        ) from None
+    value_view = k_val.dtype
+    if q_val.dtype != k_val.dtype and not (
+        value_code == lib.SDM_P1_DTYPE_BFLOAT16
+        and (q_val.dtype == np.uint16 or _is_bfloat16(q_val.dtype))
+    ):
+        raise ValueError(f"q_val must have k_val's dtype {k_val.dtype}, got {q_val.dtype}")
+    if value_code == lib.SDM_P1_DTYPE_BFLOAT16:
+        k_val = k_val.view(np.uint16)
+        q_val = q_val.view(np.uint16)
+    if g.dtype != np.float32:
+        raise ValueError(f"g must be float32, got dtype {g.dtype}")
+    if beta is not None and beta.dtype != np.float32:
+        raise ValueError(f"beta must be float32, got dtype {beta.dtype}")
+    return HostInputs(
+        k_idx, q_idx, k_val, q_val, g, beta, _INDEX_CODES[k_idx.dtype], value_code, value_view
+    )

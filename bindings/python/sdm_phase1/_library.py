@@ -1,0 +1,238 @@
+"""Finding and loading libsdmp1.so: the cffi declarations (ABI mode) and the dlopen.
+
+The declarations below mirror ``include/sdm/phase1.h`` (tests/test_binding.py checks them
+against the header). Macros whose value is an expression in the header are written here as
+their value.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+from pathlib import Path
+
+import cffi
+
+__all__ = ["CDEF", "ENV_VAR", "ffi", "lib", "library_path", "candidate_paths"]
+
+#: The environment variable naming the exact library file to load.
+ENV_VAR = "SDMP1_LIBRARY"
+
+#: The C declarations given to cffi: include/sdm/phase1.h without its comments and
+#: preprocessor logic.
+CDEF = r"""
+#define SDM_P1_VERSION_MAJOR 1
+#define SDM_P1_VERSION_MINOR 0
+#define SDM_P1_VERSION_PATCH 0
+#define SDM_P1_VERSION_NUMBER 10000
+
+unsigned sdm_p1_version_number(void);
+const char* sdm_p1_version_string(void);
+
+typedef enum sdm_p1_status {
+    SDM_P1_SUCCESS = 0,
+    SDM_P1_ERROR_INVALID_ARGUMENT = 1,
+    SDM_P1_ERROR_UNSUPPORTED = 2,
+    SDM_P1_ERROR_INVALID_INPUT = 3,
+    SDM_P1_ERROR_OUT_OF_MEMORY = 4,
+    SDM_P1_ERROR_BACKEND_UNAVAILABLE = 5,
+    SDM_P1_ERROR_CUDA = 6,
+    SDM_P1_ERROR_INTERNAL = 7
+} sdm_p1_status;
+
+const char* sdm_p1_status_string(sdm_p1_status status);
+const char* sdm_p1_last_error(void);
+
+typedef enum sdm_p1_dtype {
+    SDM_P1_DTYPE_INT8 = 1,
+    SDM_P1_DTYPE_INT32 = 2,
+    SDM_P1_DTYPE_INT64 = 3,
+    SDM_P1_DTYPE_FLOAT32 = 4,
+    SDM_P1_DTYPE_BFLOAT16 = 5
+} sdm_p1_dtype;
+
+typedef enum sdm_p1_backend {
+    SDM_P1_BACKEND_AUTO = 0,
+    SDM_P1_BACKEND_CPU = 1,
+    SDM_P1_BACKEND_CUDA = 2
+} sdm_p1_backend;
+
+#define SDM_P1_DET_POS 1
+#define SDM_P1_DET_SPAY_RANK 2
+#define SDM_P1_DET_FLAGS 4
+#define SDM_P1_DET_SPAY_K 8
+#define SDM_P1_DET_SPAY_Q 16
+#define SDM_P1_DET_KREC 32
+#define SDM_P1_DET_KSPA 64
+#define SDM_P1_DET_QREC 128
+#define SDM_P1_DET_TILES 256
+#define SDM_P1_DET_DC_GIDX 512
+#define SDM_P1_DET_QREC8 2048
+#define SDM_P1_DET_SHIPPED 31
+#define SDM_P1_DET_ALL 3071
+
+#define SDM_P1_UNSET -1
+
+typedef struct sdm_p1_allocator {
+    void* ctx;
+    int (*alloc)(void* ctx, void** ptr, size_t bytes, void* stream);
+    void (*free)(void* ctx, void* ptr, size_t bytes, void* stream);
+} sdm_p1_allocator;
+
+#define SDM_P1_DESC_MAGIC 0x53445031
+
+typedef enum sdm_p1_output_mode {
+    SDM_P1_OUTPUTS_PLAN = 0,
+    SDM_P1_OUTPUTS_CALLER = 1
+} sdm_p1_output_mode;
+
+typedef struct sdm_p1_desc {
+    uint32_t struct_size;
+    uint32_t magic;
+    uint32_t version;
+    int64_t N;
+    int64_t C;
+    int64_t W;
+    int64_t R;
+    int64_t num_parallel;
+    int64_t stream_offset;
+    int64_t num_keys;
+    int64_t valid_last;
+    int32_t index_dtype;
+    int32_t value_dtype;
+    int64_t gate_width;
+    int32_t need_read_groups;
+    int64_t det_fields;
+    int64_t rec_tile;
+    int32_t backend;
+    int32_t device;
+    int32_t num_threads;
+    int32_t output_mode;
+    sdm_p1_allocator allocator;
+} sdm_p1_desc;
+
+typedef enum sdm_p1_field {
+    SDM_P1_FIELD_A = 0,
+    SDM_P1_FIELD_QK = 1,
+    SDM_P1_FIELD_LOG_K = 2,
+    SDM_P1_FIELD_LOG_Q = 3,
+    SDM_P1_FIELD_REX = 4,
+    SDM_P1_FIELD_CPE = 5,
+    SDM_P1_FIELD_IS_LAST = 6,
+    SDM_P1_FIELD_IS_ONLY = 7,
+    SDM_P1_FIELD_K_EFF = 8,
+    SDM_P1_FIELD_Q_W = 9,
+    SDM_P1_FIELD_PAYLOAD = 10,
+    SDM_P1_FIELD_POS_K = 11,
+    SDM_P1_FIELD_POS_Q = 12,
+    SDM_P1_FIELD_Q_LAST = 13,
+    SDM_P1_FIELD_Q_ONLY = 14,
+    SDM_P1_FIELD_SPAY_K = 15,
+    SDM_P1_FIELD_SPAY_Q = 16,
+    SDM_P1_FIELD_SPAY_RANK = 17,
+    SDM_P1_FIELD_KREC = 18,
+    SDM_P1_FIELD_KSPA = 19,
+    SDM_P1_FIELD_QREC = 20,
+    SDM_P1_FIELD_TILES_K = 21,
+    SDM_P1_FIELD_TILES_Q = 22,
+    SDM_P1_FIELD_SEGB_K = 23,
+    SDM_P1_FIELD_DC_KPOS = 24,
+    SDM_P1_FIELD_DC_BPRE = 25,
+    SDM_P1_FIELD_DC_REC = 26,
+    SDM_P1_FIELD_QREC8 = 27,
+    SDM_P1_FIELD_REPEATS = 28,
+    SDM_P1_FIELD_COUNT = 29
+} sdm_p1_field;
+
+typedef struct sdm_p1_tensor {
+    const char* name;
+    int32_t dtype;
+    int32_t requested;
+    int32_t ndim;
+    int64_t shape[3];
+    size_t bytes;
+    void* data;
+} sdm_p1_tensor;
+
+typedef struct sdm_p1_plan sdm_p1_plan;
+
+sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
+sdm_p1_status sdm_p1_plan_destroy(sdm_p1_plan* plan);
+sdm_p1_status sdm_p1_plan_desc(const sdm_p1_plan* plan, sdm_p1_desc* desc);
+sdm_p1_status sdm_p1_workspace_size(const sdm_p1_plan* plan, size_t* bytes);
+sdm_p1_status sdm_p1_outputs(const sdm_p1_plan* plan, sdm_p1_tensor* views, int32_t count);
+
+typedef struct sdm_p1_inputs {
+    uint32_t struct_size;
+    const void* k_idx;
+    const void* q_idx;
+    const void* k_val;
+    const void* q_val;
+    const float* g;
+    const float* beta;
+} sdm_p1_inputs;
+
+sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
+                             void* const* outputs, int32_t count, void* stream);
+"""
+
+#: The library major version this binding speaks.
+ABI_MAJOR = 1
+
+
+def _source_tree_library() -> Path:
+    # bindings/python/sdm_phase1/_library.py -> <repo>/build/libsdmp1.so
+    return Path(__file__).resolve().parents[3] / "build" / "libsdmp1.so"
+
+
+def candidate_paths() -> list[str]:
+    """The library files or names tried, in order (after the SDMP1_LIBRARY override)."""
+    found = ctypes.util.find_library("sdmp1")
+    system = [found] if found else []
+    if "libsdmp1.so.1" not in system:
+        system.append("libsdmp1.so.1")
+    return [str(_source_tree_library())] + system
+
+
+def _load(ffi: cffi.FFI):
+    """dlopens libsdmp1 (see the package docs for the search order); returns (lib, path)."""
+    override = os.environ.get(ENV_VAR)
+    if override:
+        if not os.path.isfile(override):
+            raise ImportError(
+                f"sdm_phase1: {ENV_VAR}={override!r} does not name an existing file "
+                "(it must be the path of libsdmp1.so)"
+            )
+        try:
+            return ffi.dlopen(override), override
+        except OSError as e:
+            raise ImportError(f"sdm_phase1: cannot load {ENV_VAR}={override!r}: {e}") from e
+    tried = []
+    for cand in candidate_paths():
+        if os.path.sep in cand and not os.path.isfile(cand):
+            tried.append(f"{cand} (no such file)")
+            continue
+        try:
+            return ffi.dlopen(cand), cand
+        except OSError as e:
+            tried.append(f"{cand} ({e})")
+    raise ImportError(
+        "sdm_phase1: libsdmp1 not found. Build it (meson setup build && ninja -C build), "
+        f"install it, or set {ENV_VAR} to the path of libsdmp1.so. Looked in:\n  "
+        + "\n  ".join(tried)
+    )
+
+
+def _check_version(lib, path: str) -> None:
+    number = int(lib.sdm_p1_version_number())
+    if number // 10000 != ABI_MAJOR:
+        raise ImportError(
+            f"sdm_phase1: {path} is libsdmp1 {ffi.string(lib.sdm_p1_version_string()).decode()}"
+            f" (version number {number}); this binding needs major version {ABI_MAJOR}"
+        )
+
+
+ffi = cffi.FFI()
+ffi.cdef(CDEF)
+lib, library_path = _load(ffi)
+_check_version(lib, library_path)

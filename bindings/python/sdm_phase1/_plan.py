@@ -1,0 +1,289 @@
+"""`Plan`: one libsdmp1 plan (shapes and options) executed on NumPy arrays, returning fresh
+output arrays per call (the plan runs in SDM_P1_OUTPUTS_CALLER mode)."""
+
+from __future__ import annotations
+
+import operator
+import threading
+from typing import Optional
+
+import numpy as np
+
+from ._arrays import HostInputs, index_dtype_code, prepare_inputs, value_dtype_code
+from ._constants import DET_SHIPPED
+from ._errors import check
+from ._library import ffi, lib
+from ._types import DTYPES, FIELDS, Phase1, not_requested
+
+__all__ = ["Plan", "backend_code"]
+
+_BACKENDS = {
+    None: lib.SDM_P1_BACKEND_CPU,
+    "cpu": lib.SDM_P1_BACKEND_CPU,
+    "cuda": lib.SDM_P1_BACKEND_CUDA,
+}
+_DESC_OPTIONS = (
+    "N", "C", "W", "R", "num_parallel", "stream_offset", "num_keys", "valid_last",
+    "index_dtype", "value_dtype", "gate_width", "need_read_groups", "det_fields", "rec_tile",
+    "backend", "device", "num_threads", "output_mode",
+)
+
+
+def backend_code(backend: Optional[str]) -> int:
+    """The sdm_p1_backend for ``backend``: None or "cpu" (NumPy arrays) or "cuda"."""
+    try:
+        return _BACKENDS[backend.lower() if isinstance(backend, str) else backend]
+    except (KeyError, AttributeError):
+        raise ValueError(f"backend must be None, 'cpu' or 'cuda', got {backend!r}") from None
+
+
+def _int(name: str, value) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {value!r}") from None
+
+
+def _shape_error(name: str, got, want_desc: str, want) -> ValueError:
+    return ValueError(f"{name} has shape {tuple(got)}, but the plan needs {want_desc} = {tuple(want)}")
+
+
+class Plan:
+    """A libsdmp1 plan: fixed shapes and options, executed any number of times.
+
+    Create it from keyword shapes and options (the fields of ``sdm_p1_desc``), call
+    :meth:`execute` with NumPy arrays of those shapes, and :meth:`close` it (or use it as a
+    context manager). Every :meth:`execute` returns a :class:`Phase1` of fresh arrays. A plan
+    serialises its own executes (a lock); different plans may run concurrently.
+
+    Args:
+        N, C, W, R: N chunks of C tokens with W write and R read slots per token.
+        num_parallel, stream_offset, num_keys: the streams (see :func:`phase1_forward`).
+        valid_last: valid tokens in each stream's last chunk (1..C); None: C.
+        index_dtype: int32 or int64 (k_idx, q_idx).
+        value_dtype: float32 or bfloat16 (``"bfloat16"``, uint16 or a 'bfloat16' dtype).
+        gate_width: 1 (g is [N, C, 1]) or W (g is [N, C, W]).
+        need_read_groups: compute the read-side groups (q_last, q_only, spay_q, ...).
+        det_fields: DET_* bits of the optional outputs; None: DET_SHIPPED.
+        rec_tile: tile length of tiles_k / tiles_q / segb_k; <= 0: the library's (128).
+        backend: None or "cpu" (NumPy arrays), or "cuda" (not usable from NumPy yet).
+        num_threads: CPU worker threads; None or 0: the hardware's count.
+        device: CUDA device ordinal; None: the current device.
+
+    Raises:
+        Phase1Error: the library refused the shapes or options (its message says why).
+    """
+
+    def __init__(
+        self,
+        *,
+        N: int,
+        C: int,
+        W: int,
+        R: int,
+        num_parallel: int,
+        stream_offset: int,
+        num_keys: int,
+        valid_last: Optional[int] = None,
+        index_dtype=np.int32,
+        value_dtype=np.float32,
+        gate_width: int = 1,
+        need_read_groups: bool = True,
+        det_fields: Optional[int] = None,
+        rec_tile: int = 0,
+        backend: Optional[str] = None,
+        num_threads: Optional[int] = None,
+        device: Optional[int] = None,
+    ):
+        self._plan = None
+        self._lib = lib  # kept for __del__ during interpreter shutdown
+        self._lock = threading.Lock()
+        desc = ffi.new("sdm_p1_desc*")
+        desc.struct_size = ffi.sizeof("sdm_p1_desc")
+        desc.magic = lib.SDM_P1_DESC_MAGIC
+        desc.version = lib.SDM_P1_VERSION_NUMBER
+        values = {
+            "N": _int("N", N),
+            "C": _int("C", C),
+            "W": _int("W", W),
+            "R": _int("R", R),
+            "num_parallel": _int("num_parallel", num_parallel),
+            "stream_offset": _int("stream_offset", stream_offset),
+            "num_keys": _int("num_keys", num_keys),
+            "valid_last": lib.SDM_P1_UNSET if valid_last is None else _int("valid_last", valid_last),
+            "index_dtype": index_dtype_code(index_dtype),
+            "value_dtype": value_dtype_code(value_dtype),
+            "gate_width": _int("gate_width", gate_width),
+            "need_read_groups": 1 if need_read_groups else 0,
+            "det_fields": DET_SHIPPED if det_fields is None else _int("det_fields", det_fields),
+            "rec_tile": max(0, _int("rec_tile", rec_tile)),
+            "backend": backend_code(backend),
+            "device": lib.SDM_P1_UNSET if device is None else _int("device", device),
+            "num_threads": 0 if num_threads is None else _int("num_threads", num_threads),
+            "output_mode": lib.SDM_P1_OUTPUTS_CALLER,
+        }
+        for name, value in values.items():
+            try:
+                setattr(desc, name, value)
+            except OverflowError:
+                raise ValueError(f"{name}={value} is out of the range of its C field") from None
+        handle = ffi.new("sdm_p1_plan**")
+        check("sdm_p1_plan_create", lib.sdm_p1_plan_create(handle, desc))
+        self._plan = handle[0]
+
+        resolved = ffi.new("sdm_p1_desc*")
+        resolved.struct_size = ffi.sizeof("sdm_p1_desc")
+        resolved.magic = lib.SDM_P1_DESC_MAGIC
+        resolved.version = lib.SDM_P1_VERSION_NUMBER
+        check("sdm_p1_plan_desc", lib.sdm_p1_plan_desc(self._plan, resolved))
+        self._desc = {name: int(getattr(resolved, name)) for name in _DESC_OPTIONS}
+
+        count = lib.SDM_P1_FIELD_COUNT
+        views = ffi.new("sdm_p1_tensor[]", count)
+        check("sdm_p1_outputs", lib.sdm_p1_outputs(self._plan, views, count))
+        # Per field id: (name, NumPy dtype, shape) when requested, else None.
+        self._views = []
+        for f in range(count):
+            v = views[f]
+            if not v.requested:
+                self._views.append(None)
+                continue
+            shape = tuple(int(v.shape[d]) for d in range(v.ndim))
+            dtype = DTYPES[v.dtype]
+            assert dtype.itemsize * int(np.prod(shape)) == v.bytes, "view size disagrees"
+            self._views.append((ffi.string(v.name).decode(), dtype, shape))
+
+    # ------------------------------------------------------------------------------------
+    @property
+    def desc(self) -> dict:
+        """The options the plan resolved (every "unset" replaced by the library's choice)."""
+        return dict(self._desc)
+
+    @property
+    def fields(self) -> dict:
+        """The outputs the plan computes: name -> (NumPy dtype, shape); bfloat16 as uint16."""
+        return {v[0]: (v[1], v[2]) for v in self._views if v is not None}
+
+    @property
+    def workspace_size(self) -> int:
+        """Bytes of workspace the plan holds."""
+        size = ffi.new("size_t*")
+        check("sdm_p1_workspace_size", lib.sdm_p1_workspace_size(self._handle(), size))
+        return int(size[0])
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run."""
+        return self._plan is None
+
+    def _handle(self):
+        if self._plan is None:
+            raise ValueError("the plan is closed")
+        return self._plan
+
+    # ------------------------------------------------------------------------------------
+    def execute(self, k_idx, q_idx, k_val, q_val, g, repeats=None, *, beta=None) -> Phase1:
+        """Runs the plan on NumPy arrays of its shapes; returns a :class:`Phase1` of fresh arrays.
+
+        Arguments as in :func:`phase1_forward`. Raises ValueError for arrays of a wrong
+        dtype or shape, :class:`Phase1Error` when the library refuses the data (ids out of
+        range, bad gates, kspa without beta, ...).
+        """
+        return self._run(prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta), repeats)
+
+    def _check_shapes(self, x: HostInputs) -> None:
+        d = self._desc
+        N, C, W, R = d["N"], d["C"], d["W"], d["R"]
+        for name, arr, want_desc, want in (
+            ("k_idx", x.k_idx, "[N, C, W]", (N, C, W)),
+            ("q_idx", x.q_idx, "[N, C, R]", (N, C, R)),
+            ("k_val", x.k_val, "[N, C, W]", (N, C, W)),
+            ("q_val", x.q_val, "[N, C, R]", (N, C, R)),
+            ("g", x.g, "[N, C, gate_width]", (N, C, d["gate_width"])),
+            ("beta", x.beta, "[N, C]", (N, C)),
+        ):
+            if arr is not None and arr.shape != want:
+                raise _shape_error(name, arr.shape, want_desc, want)
+        if x.index_dtype != d["index_dtype"]:
+            raise ValueError(f"k_idx has dtype {x.k_idx.dtype}, the plan another index dtype")
+        if x.value_dtype != d["value_dtype"]:
+            raise ValueError(f"k_val has dtype {x.value_view}, the plan another value dtype")
+
+    def _run(self, x: HostInputs, repeats) -> Phase1:
+        if repeats is not None:
+            if not isinstance(repeats, np.ndarray) or repeats.dtype != np.int64 or repeats.size != 1:
+                raise ValueError(
+                    "repeats must be None or a NumPy int64 array of shape [1] (updated in place), "
+                    f"got {type(repeats).__name__}"
+                    + (f" of dtype {repeats.dtype} and shape {repeats.shape}" if isinstance(repeats, np.ndarray) else "")
+                )
+            if not repeats.flags.writeable:
+                raise ValueError("repeats must be writeable (it is incremented in place)")
+        self._check_shapes(x)
+
+        count = lib.SDM_P1_FIELD_COUNT
+        outs = ffi.new("void*[]", count)
+        arrays = [None] * count
+        keep = []
+        for f, view in enumerate(self._views):
+            if view is None:
+                continue
+            arr = np.empty(view[2], view[1])
+            buf = ffi.from_buffer(arr)
+            keep.append(buf)
+            outs[f] = buf
+            arrays[f] = arr
+        inputs = ffi.new("sdm_p1_inputs*")
+        keep += x.fill(inputs)
+        with self._lock:
+            check("sdm_p1_execute", lib.sdm_p1_execute(self._handle(), inputs, outs, count, ffi.NULL))
+        del keep
+
+        rep = arrays[lib.SDM_P1_FIELD_REPEATS]
+        if repeats is not None and rep is not None:
+            repeats.reshape(-1)[0] += rep[0]  # a view: repeats.size == 1
+
+        C, W = self._desc["C"], self._desc["W"]
+        result = []
+        for f, name in enumerate(FIELDS):
+            arr = arrays[f]
+            if arr is None:
+                result.append(not_requested(name, C, W))
+            elif f in (lib.SDM_P1_FIELD_CPE, lib.SDM_P1_FIELD_K_EFF, lib.SDM_P1_FIELD_Q_W) and (
+                arr.dtype != x.value_view
+            ):
+                result.append(arr.view(x.value_view))  # bfloat16 shown as the caller's dtype
+            else:
+                result.append(arr)
+        return Phase1(*result)
+
+    # ------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Frees the plan (idempotent). Arrays returned by :meth:`execute` stay valid."""
+        plan, self._plan = self._plan, None
+        if plan is not None:
+            check("sdm_p1_plan_destroy", self._lib.sdm_p1_plan_destroy(plan))
+
+    def __enter__(self) -> "Plan":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        plan = getattr(self, "_plan", None)
+        if plan is not None:
+            self._plan = None
+            try:
+                self._lib.sdm_p1_plan_destroy(plan)
+            except Exception:  # interpreter shutdown: nothing sensible to do
+                pass
+
+    def __repr__(self) -> str:
+        if self._plan is None:
+            return "<sdm_phase1.Plan (closed)>"
+        d = self._desc
+        return (
+            f"<sdm_phase1.Plan N={d['N']} C={d['C']} W={d['W']} R={d['R']} "
+            f"det_fields={d['det_fields']} backend={d['backend']}>"
+        )

@@ -1,0 +1,8 @@
+"""Makes `import sdm_phase1` work from the source tree without installing the package."""
+
+import os
+import sys
+
+_PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _PYTHON_DIR not in sys.path:
+    sys.path.insert(0, _PYTHON_DIR)

@@ -1,0 +1,411 @@
+/*
+ * libsdmp1: Phase 1 of the chunked Sparse Delta Memory (SDM) recurrence.
+ *
+ * This header is the whole C API and its documentation. It is C99 and C++ compatible.
+ *
+ * Phase 1 turns N chunks of C tokens, each token writing W slots (K entries) and reading R
+ * slots (Q entries) of a slot bank, into every quantity of the chunked recurrence that does
+ * not depend on the memory contents: per-slot log-cumsums of the gates, the intra-chunk
+ * matrices `a` and `qk`, the effective weights, the group flags, the sorted layouts and the
+ * records a Phase 2 consumes. The meaning of each output is that of the specification
+ * (sparse-delta-memory 2.0.0, `phase1_forward`); `sdm_p1_field` below summarises each one.
+ *
+ * Usage:
+ *   sdm_p1_desc desc = SDM_P1_DESC_INITIALIZER;
+ *   desc.N = ...; desc.C = ...; ...                  (shapes and options)
+ *   sdm_p1_plan* plan;
+ *   if (sdm_p1_plan_create(&plan, &desc) != SDM_P1_SUCCESS) puts(sdm_p1_last_error());
+ *   sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
+ *   in.k_idx = ...;                                  (input pointers)
+ *   sdm_p1_execute(plan, &in, NULL, 0, NULL);        (outputs go to the plan's buffers)
+ *   sdm_p1_tensor views[SDM_P1_FIELD_COUNT];
+ *   sdm_p1_outputs(plan, views, SDM_P1_FIELD_COUNT); (views[SDM_P1_FIELD_A].data ...)
+ *   sdm_p1_plan_destroy(plan);
+ *
+ * Conventions:
+ *   - Every entry point returns an sdm_p1_status; on failure sdm_p1_last_error() gives a
+ *     message for the calling thread (never NULL). No C++ exception crosses this API.
+ *   - Structs passed in start with `struct_size` (and the descriptor with a magic and the
+ *     version the caller compiled against), are filled by an _INITIALIZER macro and only grow
+ *     at their end, so callers built against an older header keep working.
+ *   - Arrays are dense and row-major (C order), shapes as listed per field.
+ *   - Bit-exactness: the CPU backend defines the arithmetic; every backend gives the same bits
+ *     for the same inputs, shapes and options, independent of thread count or device.
+ *
+ * Global state: none, except the per-thread last-error message.
+ */
+#ifndef SDM_PHASE1_H
+#define SDM_PHASE1_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define SDM_P1_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#define SDM_P1_API __attribute__((visibility("default")))
+#else
+#define SDM_P1_API
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Versions                                                                                  */
+
+/* The version of this header. The soname is libsdmp1.so.<major>; minor releases only add. */
+#define SDM_P1_VERSION_MAJOR 1
+#define SDM_P1_VERSION_MINOR 0
+#define SDM_P1_VERSION_PATCH 0
+/* One number: major * 10000 + minor * 100 + patch (10000 for 1.0.0). */
+#define SDM_P1_VERSION_NUMBER \
+    (SDM_P1_VERSION_MAJOR * 10000 + SDM_P1_VERSION_MINOR * 100 + SDM_P1_VERSION_PATCH)
+
+/* The version of the library actually loaded, as SDM_P1_VERSION_NUMBER. */
+SDM_P1_API unsigned sdm_p1_version_number(void);
+/* The same as a string, "1.0.0"; static storage. */
+SDM_P1_API const char* sdm_p1_version_string(void);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Status codes and errors                                                                   */
+
+typedef enum sdm_p1_status {
+    SDM_P1_SUCCESS = 0,
+    /* A null pointer, a malformed struct (size, magic, version) or an option out of its
+     * range: shapes, dtypes, num_parallel not dividing N, valid_last outside 1..C, ... */
+    SDM_P1_ERROR_INVALID_ARGUMENT = 1,
+    /* A legal request this library does not support (e.g. C > 256, C * (W + R) > 2^17). */
+    SDM_P1_ERROR_UNSUPPORTED = 2,
+    /* The input data break a rule: a valid token's slot id outside its stream's range, a
+     * non-finite gate, a gate of magnitude 2^22 or more. Outputs are then unspecified. */
+    SDM_P1_ERROR_INVALID_INPUT = 3,
+    /* The allocator (default or caller's) failed. */
+    SDM_P1_ERROR_OUT_OF_MEMORY = 4,
+    /* The requested backend is not built into this library or has no device. */
+    SDM_P1_ERROR_BACKEND_UNAVAILABLE = 5,
+    /* A CUDA runtime call failed (the message names it). */
+    SDM_P1_ERROR_CUDA = 6,
+    /* A bug in libsdmp1 (please report the message). */
+    SDM_P1_ERROR_INTERNAL = 7
+} sdm_p1_status;
+
+/* A constant name for a status code ("SDM_P1_ERROR_INVALID_ARGUMENT", ...); never NULL. */
+SDM_P1_API const char* sdm_p1_status_string(sdm_p1_status status);
+
+/* The message of the calling thread's last failed call ("" if none yet); never NULL. Valid
+ * until the thread's next libsdmp1 call. Successful calls leave it unchanged. */
+SDM_P1_API const char* sdm_p1_last_error(void);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Element types, backends, optional outputs                                                 */
+
+typedef enum sdm_p1_dtype {
+    SDM_P1_DTYPE_INT8 = 1,
+    SDM_P1_DTYPE_INT32 = 2,
+    SDM_P1_DTYPE_INT64 = 3,
+    SDM_P1_DTYPE_FLOAT32 = 4,
+    /* bfloat16: the upper 16 bits of a float32, stored as uint16_t. */
+    SDM_P1_DTYPE_BFLOAT16 = 5
+} sdm_p1_dtype;
+
+typedef enum sdm_p1_backend {
+    /* The library picks: CUDA when built in and a device is present, else the CPU. */
+    SDM_P1_BACKEND_AUTO = 0,
+    /* Host memory, threads over chunks. The definition of every output bit. */
+    SDM_P1_BACKEND_CPU = 1,
+    /* Device memory of desc.device, on the caller's stream. */
+    SDM_P1_BACKEND_CUDA = 2
+} sdm_p1_backend;
+
+/* det_fields bits: the optional outputs to compute (the spec's DET_* values). */
+#define SDM_P1_DET_POS 1            /* pos_k, pos_q */
+#define SDM_P1_DET_SPAY_RANK 2      /* spay_rank */
+#define SDM_P1_DET_FLAGS 4          /* is_last, is_only; q_last, q_only (with read groups) */
+#define SDM_P1_DET_SPAY_K 8         /* spay_k */
+#define SDM_P1_DET_SPAY_Q 16        /* spay_q (with read groups) */
+#define SDM_P1_DET_KREC 32          /* krec */
+#define SDM_P1_DET_KSPA 64          /* kspa (needs beta at execute) */
+#define SDM_P1_DET_QREC 128         /* qrec (with read groups) */
+#define SDM_P1_DET_TILES 256        /* tiles_k, segb_k; tiles_q (with read groups) */
+#define SDM_P1_DET_DC_GIDX 512      /* dc_kpos, dc_bpre */
+#define SDM_P1_DET_QREC8 2048       /* qrec8 (with read groups) */
+/* The spec's default set (DET_POS | DET_SPAY_RANK | DET_FLAGS | DET_SPAY_K | DET_SPAY_Q). */
+#define SDM_P1_DET_SHIPPED 31
+/* Every bit the library accepts. Bit 1024 (the spec's dc_rec) is refused, as by the spec. */
+#define SDM_P1_DET_ALL 3071
+
+/* "Unset: the library picks" for the integer options that document it. */
+#define SDM_P1_UNSET (-1)
+
+/* ---------------------------------------------------------------------------------------- */
+/* Allocator                                                                                 */
+
+/* Memory for a plan's outputs and workspace. For the CPU backend it must return host memory,
+ * for CUDA device memory of the plan's device, usable on `stream` (stream-ordered allocators
+ * such as a framework's caching allocator fit). Blocks must be aligned to 256 bytes (CUDA) or
+ * 64 bytes (CPU). All three members NULL: the library's default (aligned host allocation, or
+ * cudaMallocAsync). The plan calls alloc only in sdm_p1_plan_create and free only in
+ * sdm_p1_plan_destroy, with the stream NULL (the default stream); never during execute. */
+typedef struct sdm_p1_allocator {
+    /* Passed back to alloc and free as is. */
+    void* ctx;
+    /* Stores a block of `bytes` bytes (> 0) in *ptr; returns 0 on success, non-zero on
+     * failure (the plan then fails with SDM_P1_ERROR_OUT_OF_MEMORY). */
+    int (*alloc)(void* ctx, void** ptr, size_t bytes, void* stream);
+    /* Releases a block returned by alloc, with its size. */
+    void (*free)(void* ctx, void* ptr, size_t bytes, void* stream);
+} sdm_p1_allocator;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Plan descriptor                                                                           */
+
+#define SDM_P1_DESC_MAGIC 0x53445031u /* "SDP1" */
+
+/* Who provides the output buffers of an execute. */
+typedef enum sdm_p1_output_mode {
+    /* The plan allocates every requested output once, at creation; each execute overwrites
+     * them and sdm_p1_outputs views them. */
+    SDM_P1_OUTPUTS_PLAN = 0,
+    /* The caller hands its buffers to every execute; the plan allocates no outputs (its
+     * views still give names, dtypes, shapes and sizes, with data NULL). */
+    SDM_P1_OUTPUTS_CALLER = 1
+} sdm_p1_output_mode;
+
+/* The shapes and options of a plan. Fill it from SDM_P1_DESC_INITIALIZER, then set fields. */
+typedef struct sdm_p1_desc {
+    uint32_t struct_size;  /* sizeof(sdm_p1_desc) */
+    uint32_t magic;        /* SDM_P1_DESC_MAGIC */
+    uint32_t version;      /* SDM_P1_VERSION_NUMBER the caller was compiled with */
+
+    /* Shapes. N chunks of C tokens (1..256), W write slots and R read slots per token
+     * (1..256 each), with C * (W + R) <= 2^17. N >= 1. */
+    int64_t N;
+    int64_t C;
+    int64_t W;
+    int64_t R;
+    /* Streams: chunk c belongs to stream c % num_parallel (num_parallel divides N; the chunks
+     * are time-major, so the last num_parallel chunks are the streams' last chunks). Stream s
+     * owns the slot ids [s * stream_offset, s * stream_offset + num_keys). num_keys is in
+     * 1..2^32 and stream_offset >= 0. */
+    int64_t num_parallel;
+    int64_t stream_offset;
+    int64_t num_keys;
+    /* Valid tokens in each stream's last chunk, 1..C; the later tokens of those chunks are
+     * padding: their ids, values and gates are never read and their outputs are neutral
+     * (zero logs and weights, cpe 1, flags 0, zero rows and columns of a and qk).
+     * SDM_P1_UNSET: C. */
+    int64_t valid_last;
+    /* k_idx / q_idx element type: SDM_P1_DTYPE_INT32 or SDM_P1_DTYPE_INT64. */
+    int32_t index_dtype;
+    /* k_val / q_val element type, also that of cpe, k_eff and q_w: SDM_P1_DTYPE_FLOAT32 or
+     * SDM_P1_DTYPE_BFLOAT16. */
+    int32_t value_dtype;
+    /* Gates per token (1: g is [N, C, 1]) or per write (W: g is [N, C, W]). */
+    int64_t gate_width;
+    /* Compute the read-side groups (q_last, q_only, spay_q, qrec, qrec8, tiles_q): 1 or 0.
+     * SDM_P1_UNSET: 1. */
+    int32_t need_read_groups;
+    /* SDM_P1_DET_* bits of the optional outputs; SDM_P1_UNSET: SDM_P1_DET_SHIPPED. */
+    int64_t det_fields;
+    /* Tile length L of tiles_k / tiles_q / segb_k, 1..2^20; 0 or SDM_P1_UNSET: 128. */
+    int64_t rec_tile;
+    /* An sdm_p1_backend. */
+    int32_t backend;
+    /* CUDA device ordinal; SDM_P1_UNSET: the current device. Ignored by the CPU backend. */
+    int32_t device;
+    /* CPU backend worker threads, >= 1; 0 or SDM_P1_UNSET: the hardware's thread count.
+     * The output bits never depend on it. */
+    int32_t num_threads;
+    /* An sdm_p1_output_mode. */
+    int32_t output_mode;
+    /* Memory for outputs and workspace; all members NULL: the default. */
+    sdm_p1_allocator allocator;
+} sdm_p1_desc;
+
+#define SDM_P1_DESC_INITIALIZER                                                              \
+    {                                                                                        \
+        sizeof(sdm_p1_desc), SDM_P1_DESC_MAGIC, SDM_P1_VERSION_NUMBER, 0, 0, 0, 0, 1, 0, 0,  \
+            SDM_P1_UNSET, SDM_P1_DTYPE_INT32, SDM_P1_DTYPE_FLOAT32, 1, SDM_P1_UNSET,         \
+            SDM_P1_UNSET, 0, SDM_P1_BACKEND_AUTO, SDM_P1_UNSET, 0, SDM_P1_OUTPUTS_PLAN,      \
+        {                                                                                    \
+            NULL, NULL, NULL                                                                 \
+        }                                                                                    \
+    }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Outputs                                                                                   */
+
+/* Output fields, in the order of the spec's Phase1 tuple, then repeats. "Entry" below is one
+ * (token, lane) of a chunk; a chunk's sorted row orders its C * (W + R) entries stably by
+ * slot (entry order: token-major, the W writes then the R reads), padding entries last.
+ * A slot group is the valid entries of one slot in one chunk. Shapes are per plan. */
+typedef enum sdm_p1_field {
+    /* [N, C, C] float32: a[i, j] = sum over the slots both write of
+     * k_i * k_j * exp(log_k_i - log_k_j), for j < i; 0 elsewhere. */
+    SDM_P1_FIELD_A = 0,
+    /* [N, C, C] float32: qk[i, j] = sum over slots token i reads and token j writes of
+     * q_i * k_j * exp(log_q_i - log_k_j), for j <= i; 0 elsewhere. */
+    SDM_P1_FIELD_QK = 1,
+    /* [N, C, W] float32: the slot's log-cumsum of gates through this K entry. */
+    SDM_P1_FIELD_LOG_K = 2,
+    /* [N, C, R] float32: the slot's log-cumsum of gates through this token's writes. */
+    SDM_P1_FIELD_LOG_Q = 3,
+    /* [N, C, W] float32: the sum of the gates of the slot's later K entries in the chunk. */
+    SDM_P1_FIELD_REX = 4,
+    /* [N, C, W] value dtype: exp(total gate of the slot in the chunk). */
+    SDM_P1_FIELD_CPE = 5,
+    /* [N, C, W] int8: the last K entry of its slot group (DET_FLAGS). */
+    SDM_P1_FIELD_IS_LAST = 6,
+    /* [N, C, W] int8: the only K entry of its slot group (DET_FLAGS). */
+    SDM_P1_FIELD_IS_ONLY = 7,
+    /* [N, C, W] value dtype: k_val * exp(log_k). */
+    SDM_P1_FIELD_K_EFF = 8,
+    /* [N, C, R] value dtype: q_val * exp(log_q). */
+    SDM_P1_FIELD_Q_W = 9,
+    /* [N, row] int32 with row = C * (W + R) rounded up to a multiple of 16: the sorted
+     * payloads: lane bits 0-7, read bit 8, token bits 9-16, padding bit 17, last-write-of-
+     * group bit 30, group-head bit 31; positions past C * (W + R) hold bits 17 and 31. */
+    SDM_P1_FIELD_PAYLOAD = 10,
+    /* [N, C, W] int32 (DET_POS): position in the sorted row (bits 0-16), K peers after the
+     * entry in its group (bits 17-23) and K peers in the group (bits 24-30), both saturating
+     * at 127; padding entries: the position only. */
+    SDM_P1_FIELD_POS_K = 11,
+    /* [N, C, R] int32 (DET_POS): as pos_k, with the group's valid Q entries as peers. */
+    SDM_P1_FIELD_POS_Q = 12,
+    /* [N, C, R] int8 (DET_FLAGS, read groups): the last valid Q entry of its slot group. */
+    SDM_P1_FIELD_Q_LAST = 13,
+    /* [N, C, R] int8 (DET_FLAGS, read groups): the only valid Q entry of its slot group. */
+    SDM_P1_FIELD_Q_ONLY = 14,
+    /* [N, C * W] int32 (DET_SPAY_K): the K entries in sorted order: payload bits 0-17,
+     * distance back to the group's first K entry (bits 18-29, saturating at 4095), LAST bit
+     * 30, FIRST bit 31; a padding entry is FIRST | LAST. */
+    SDM_P1_FIELD_SPAY_K = 15,
+    /* [N, C * R] int32 (DET_SPAY_Q, read groups): the same for the Q entries. */
+    SDM_P1_FIELD_SPAY_Q = 16,
+    /* [N, ceil(C * (W + R) / 32), 2] int32 (DET_SPAY_RANK): per 32 sorted positions, the K
+     * entries before them and the bit mask of K entries among them. */
+    SDM_P1_FIELD_SPAY_RANK = 17,
+    /* [N, C * W, 4] int32 (DET_KREC), by K-row index: {spay_k element, absolute slot,
+     * float bits of k_val * exp(rex), float bits of cpe (as stored, widened)}; padding:
+     * {element, 0, +0.0f, 1.0f}. */
+    SDM_P1_FIELD_KREC = 18,
+    /* [N, C * W] float32 (DET_KSPA), by K-row index: -beta[token] * k_val * exp(log_k);
+     * padding: 0. */
+    SDM_P1_FIELD_KSPA = 19,
+    /* [N, C * R, 4] int32 (DET_QREC, read groups), by Q-row index: {spay_q element, absolute
+     * slot, float bits of q_val * exp(log_q), 0}; padding {element, 0, 0, 0}. */
+    SDM_P1_FIELD_QREC = 20,
+    /* [N, ceil(C * W / L) + 1] int32 (DET_TILES): tiles_k[t] is the first group start at or
+     * after K-row index t * L; the last element is C * W. */
+    SDM_P1_FIELD_TILES_K = 21,
+    /* [N, ceil(C * R / L) + 1] int32 (DET_TILES, read groups): the same for the Q row. */
+    SDM_P1_FIELD_TILES_Q = 22,
+    /* [N, ceil(C * W / L) + 1] int32 (DET_TILES): valid slot groups that start before
+     * tiles_k[t]; the last element is the chunk's number of valid slot groups. */
+    SDM_P1_FIELD_SEGB_K = 23,
+    /* [N, C, W] int32 (DET_DC_GIDX): for the first K entry of a valid group, the number of
+     * valid groups before it in the K row; -1 for every other entry. */
+    SDM_P1_FIELD_DC_KPOS = 24,
+    /* [N, ceil(C * W / 32) + 1] int32 (DET_DC_GIDX): valid groups started before K-row
+     * index 32 b; the last element is the chunk's number of valid groups. */
+    SDM_P1_FIELD_DC_BPRE = 25,
+    /* The spec's dc_rec, which no caller may request: always reported as not requested. */
+    SDM_P1_FIELD_DC_REC = 26,
+    /* [N, C * R, 2] int32 (DET_QREC8, read groups): qrec's words 1 and 2. */
+    SDM_P1_FIELD_QREC8 = 27,
+    /* [1] int64: the K entries of this execute that repeat a slot already written by their
+     * token (their gate is not added again). */
+    SDM_P1_FIELD_REPEATS = 28,
+    SDM_P1_FIELD_COUNT = 29
+} sdm_p1_field;
+
+/* A view of one output of a plan. */
+typedef struct sdm_p1_tensor {
+    /* The spec's field name ("a", "qk", "log_k", ...; "repeats"); static storage. */
+    const char* name;
+    /* An sdm_p1_dtype. */
+    int32_t dtype;
+    /* 1 if the plan computes this field, 0 if not (det_fields, need_read_groups); a field
+     * not computed has ndim 0, no shape, 0 bytes and data NULL. */
+    int32_t requested;
+    /* Number of dimensions (1..3) and the dimensions; unused dimensions are 0. */
+    int32_t ndim;
+    int64_t shape[3];
+    /* Size in bytes of the whole array. */
+    size_t bytes;
+    /* The plan's buffer (SDM_P1_OUTPUTS_PLAN), else NULL. Host memory for the CPU backend,
+     * device memory for CUDA. */
+    void* data;
+} sdm_p1_tensor;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Plans                                                                                     */
+
+/* An immutable plan: shapes, options, output buffers and workspace. A plan may be executed
+ * any number of times, but not concurrently with itself; different plans may run
+ * concurrently from different threads. */
+typedef struct sdm_p1_plan sdm_p1_plan;
+
+/* Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,
+ * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL. */
+SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
+
+/* Frees a plan and everything it allocated. NULL is accepted and ignored. */
+SDM_P1_API sdm_p1_status sdm_p1_plan_destroy(sdm_p1_plan* plan);
+
+/* The options the plan resolved (every UNSET replaced by the library's choice, e.g. the
+ * backend, det_fields, rec_tile, num_threads); the allocator as given. */
+SDM_P1_API sdm_p1_status sdm_p1_plan_desc(const sdm_p1_plan* plan, sdm_p1_desc* desc);
+
+/* Bytes of workspace the plan holds (allocated at creation through the allocator). */
+SDM_P1_API sdm_p1_status sdm_p1_workspace_size(const sdm_p1_plan* plan, size_t* bytes);
+
+/* Fills views[f] for f < min(count, SDM_P1_FIELD_COUNT), indexed by sdm_p1_field. */
+SDM_P1_API sdm_p1_status sdm_p1_outputs(const sdm_p1_plan* plan, sdm_p1_tensor* views,
+                                        int32_t count);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Execution                                                                                 */
+
+/* The input pointers of one execute: host memory for the CPU backend, device memory of the
+ * plan's device for CUDA; dense row-major, naturally aligned. */
+typedef struct sdm_p1_inputs {
+    uint32_t struct_size;  /* sizeof(sdm_p1_inputs) */
+    /* [N, C, W] slot ids of the K entries, index dtype. A token's W slots are normally
+     * distinct; a repeat counts in `repeats` and its gate is not added again. */
+    const void* k_idx;
+    /* [N, C, R] slot ids of the Q entries, index dtype. */
+    const void* q_idx;
+    /* [N, C, W] / [N, C, R] weights, value dtype. */
+    const void* k_val;
+    const void* q_val;
+    /* [N, C, gate_width] float32 log-gates: finite, of magnitude below 2^22. */
+    const float* g;
+    /* [N, C] float32; needed (non-NULL) when det_fields has DET_KSPA, else ignored. */
+    const float* beta;
+} sdm_p1_inputs;
+
+#define SDM_P1_INPUTS_INITIALIZER \
+    { sizeof(sdm_p1_inputs), NULL, NULL, NULL, NULL, NULL, NULL }
+
+/* Computes every requested output of the plan for the given inputs.
+ * outputs: NULL with count 0 in SDM_P1_OUTPUTS_PLAN mode (the plan's buffers); otherwise an
+ *   array indexed by sdm_p1_field of `count` pointers (count <= SDM_P1_FIELD_COUNT; fields
+ *   at or past count are treated as NULL): each requested field needs a buffer of its view's
+ *   bytes, each unrequested field is ignored. In SDM_P1_OUTPUTS_PLAN mode a NULL element
+ *   falls back to the plan's buffer of that field.
+ * stream: the CUDA stream (cudaStream_t) to run on; NULL: the default stream. The CUDA
+ *   backend does not synchronize and does not allocate. The CPU backend ignores it and
+ *   returns when the outputs are complete.
+ * The CPU backend reports bad input data (ids out of range, bad gates) as
+ * SDM_P1_ERROR_INVALID_INPUT with the first offending chunk, token and lane. */
+SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
+                                        void* const* outputs, int32_t count, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SDM_PHASE1_H */

@@ -1,0 +1,111 @@
+// The C API boundary: every exported function. Nothing thrown inside crosses it: errors
+// become status codes and the calling thread's last-error message.
+#include <exception>
+#include <new>
+
+#include "errors.h"
+#include "outputs.h"
+#include "plan.h"
+#include "sdm/phase1.h"
+
+namespace {
+
+template <typename Body>
+sdm_p1_status guarded(Body body) {
+    try {
+        body();
+        return SDM_P1_SUCCESS;
+    } catch (const sdm_p1::Error& e) {
+        sdm_p1::set_last_error(e.what());
+        return e.status();
+    } catch (const std::bad_alloc&) {
+        sdm_p1::set_last_error("out of host memory");
+        return SDM_P1_ERROR_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+        sdm_p1::set_last_error(std::string("internal error: ") + e.what());
+        return SDM_P1_ERROR_INTERNAL;
+    } catch (...) {
+        sdm_p1::set_last_error("internal error: unknown exception");
+        return SDM_P1_ERROR_INTERNAL;
+    }
+}
+
+void require_plan(const sdm_p1_plan* plan, const char* who) {
+    if (plan == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": plan is NULL");
+}
+
+}  // namespace
+
+extern "C" {
+
+unsigned sdm_p1_version_number(void) { return SDM_P1_VERSION_NUMBER; }
+
+const char* sdm_p1_version_string(void) { return "1.0.0"; }
+
+const char* sdm_p1_status_string(sdm_p1_status status) {
+    switch (status) {
+        case SDM_P1_SUCCESS: return "SDM_P1_SUCCESS";
+        case SDM_P1_ERROR_INVALID_ARGUMENT: return "SDM_P1_ERROR_INVALID_ARGUMENT";
+        case SDM_P1_ERROR_UNSUPPORTED: return "SDM_P1_ERROR_UNSUPPORTED";
+        case SDM_P1_ERROR_INVALID_INPUT: return "SDM_P1_ERROR_INVALID_INPUT";
+        case SDM_P1_ERROR_OUT_OF_MEMORY: return "SDM_P1_ERROR_OUT_OF_MEMORY";
+        case SDM_P1_ERROR_BACKEND_UNAVAILABLE: return "SDM_P1_ERROR_BACKEND_UNAVAILABLE";
+        case SDM_P1_ERROR_CUDA: return "SDM_P1_ERROR_CUDA";
+        case SDM_P1_ERROR_INTERNAL: return "SDM_P1_ERROR_INTERNAL";
+    }
+    return "SDM_P1_UNKNOWN_STATUS";
+}
+
+const char* sdm_p1_last_error(void) { return sdm_p1::last_error(); }
+
+sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc) {
+    if (plan != nullptr) *plan = nullptr;
+    return guarded([&] {
+        if (plan == nullptr) {
+            sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_create: plan (the output) is NULL");
+        }
+        *plan = sdm_p1::create_plan(desc);
+    });
+}
+
+sdm_p1_status sdm_p1_plan_destroy(sdm_p1_plan* plan) {
+    return guarded([&] { delete plan; });
+}
+
+sdm_p1_status sdm_p1_plan_desc(const sdm_p1_plan* plan, sdm_p1_desc* desc) {
+    return guarded([&] {
+        require_plan(plan, "sdm_p1_plan_desc");
+        if (desc == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_desc: desc is NULL");
+        *desc = sdm_p1::describe_options(plan->options);
+    });
+}
+
+sdm_p1_status sdm_p1_workspace_size(const sdm_p1_plan* plan, size_t* bytes) {
+    return guarded([&] {
+        require_plan(plan, "sdm_p1_workspace_size");
+        if (bytes == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_workspace_size: bytes is NULL");
+        *bytes = plan->workspace.bytes();
+    });
+}
+
+sdm_p1_status sdm_p1_outputs(const sdm_p1_plan* plan, sdm_p1_tensor* views, int32_t count) {
+    return guarded([&] {
+        require_plan(plan, "sdm_p1_outputs");
+        if (views == nullptr || count < 0) {
+            sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_outputs: views is NULL or count < 0");
+        }
+        for (int32_t f = 0; f < count && f < SDM_P1_FIELD_COUNT; ++f) {
+            views[f] = plan->views[static_cast<size_t>(f)];
+        }
+    });
+}
+
+sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
+                             void* const* outputs, int32_t count, void* stream) {
+    return guarded([&] {
+        require_plan(plan, "sdm_p1_execute");
+        sdm_p1::execute_plan(*plan, inputs, outputs, count, stream);
+    });
+}
+
+}  // extern "C"

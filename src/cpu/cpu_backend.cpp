@@ -1,0 +1,120 @@
+#include "cpu_backend.h"
+
+#include <atomic>
+#include <cfenv>
+#include <thread>
+#include <vector>
+
+#include "../errors.h"
+#include "chunk.h"
+
+namespace sdm_p1 {
+namespace cpu {
+
+namespace {
+
+// The arithmetic assumes IEEE round-to-nearest without flush-to-zero; a caller's process may
+// have changed that (e.g. code built with -ffast-math), so each worker sets the default
+// floating-point environment and restores the caller's afterwards.
+class DefaultFloatEnv {
+public:
+    DefaultFloatEnv() {
+        std::fegetenv(&saved_);
+        std::fesetenv(FE_DFL_ENV);
+    }
+    ~DefaultFloatEnv() { std::fesetenv(&saved_); }
+    DefaultFloatEnv(const DefaultFloatEnv&) = delete;
+    DefaultFloatEnv& operator=(const DefaultFloatEnv&) = delete;
+
+private:
+    std::fenv_t saved_;
+};
+
+struct SharedState {
+    std::atomic<int64_t> next_chunk{0};
+    // Chunks at or after the lowest failing chunk are skipped; every earlier one still runs,
+    // so the error reported is always the first in chunk order.
+    std::atomic<int64_t> first_error_chunk{INT64_MAX};
+};
+
+struct WorkerResult {
+    int64_t repeats = 0;
+    int64_t error_chunk = INT64_MAX;
+    InputError error{};
+};
+
+void worker(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out, void* scratch,
+            SharedState& shared, WorkerResult& mine) {
+    DefaultFloatEnv env;
+    ChunkScratch s;
+    s.bind(scratch, o);
+    for (;;) {
+        const int64_t c = shared.next_chunk.fetch_add(1);
+        if (c >= o.N || c >= shared.first_error_chunk.load()) return;
+        const ChunkResult r = compute_chunk(o, in, out, c, s);
+        mine.repeats += r.repeats;
+        if (r.error.found) {
+            if (c < mine.error_chunk) {
+                mine.error_chunk = c;
+                mine.error = r.error;
+            }
+            int64_t seen = shared.first_error_chunk.load();
+            while (c < seen && !shared.first_error_chunk.compare_exchange_weak(seen, c)) {
+            }
+        }
+    }
+}
+
+[[noreturn]] void report(const Options& o, int64_t c, const InputError& e) {
+    const int64_t stream = c % o.P;
+    if (e.gate) {
+        fail(SDM_P1_ERROR_INVALID_INPUT, "sdm_p1_execute: gate g[", c, ", ", e.token, ", ", e.lane,
+             "] = ", e.gate_value, " is not a finite number of magnitude below 2^22");
+    }
+    fail(SDM_P1_ERROR_INVALID_INPUT, "sdm_p1_execute: ", e.is_q ? "q_idx[" : "k_idx[", c, ", ",
+         e.token, ", ", e.lane, "] = ", e.id, " lies outside stream ", stream, "'s slot range [",
+         stream * o.stream_offset, ", ", stream * o.stream_offset + o.num_keys, ")");
+}
+
+}  // namespace
+
+size_t workspace_bytes(const Options& o) {
+    return static_cast<size_t>(o.num_threads) * ChunkScratch::bytes(o);
+}
+
+void execute(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
+             void* workspace) {
+    SharedState shared;
+    std::vector<WorkerResult> results(static_cast<size_t>(o.num_threads));
+    const size_t per = ChunkScratch::bytes(o);
+    auto scratch = [&](int w) { return static_cast<char*>(workspace) + per * static_cast<size_t>(w); };
+    std::vector<std::thread> threads;
+    threads.reserve(static_cast<size_t>(o.num_threads - 1));
+    try {
+        for (int w = 1; w < o.num_threads; ++w) {
+            threads.emplace_back(worker, std::cref(o), std::cref(in), std::cref(out), scratch(w),
+                                 std::ref(shared), std::ref(results[static_cast<size_t>(w)]));
+        }
+    } catch (...) {
+        // Could not start a thread: stop the ones started, then report.
+        shared.next_chunk.store(o.N);
+        for (std::thread& t : threads) t.join();
+        throw;
+    }
+    worker(o, in, out, scratch(0), shared, results[0]);
+    for (std::thread& t : threads) t.join();
+
+    int64_t repeats = 0;
+    const WorkerResult* failed = nullptr;
+    for (const WorkerResult& r : results) {
+        repeats += r.repeats;
+        if (r.error_chunk != INT64_MAX && (failed == nullptr || r.error_chunk < failed->error_chunk)) {
+            failed = &r;
+        }
+    }
+    if (failed != nullptr) report(o, failed->error_chunk, failed->error);
+    out.repeats[0] = repeats;
+}
+
+}  // namespace cpu
+}  // namespace sdm_p1

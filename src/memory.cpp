@@ -1,0 +1,63 @@
+#include "memory.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "errors.h"
+
+namespace sdm_p1 {
+
+namespace {
+
+constexpr size_t kHostAlign = 64;
+
+int host_alloc(void*, void** ptr, size_t bytes, void*) {
+    *ptr = std::aligned_alloc(kHostAlign, (bytes + kHostAlign - 1) / kHostAlign * kHostAlign);
+    return *ptr == nullptr ? 1 : 0;
+}
+
+void host_free(void*, void* ptr, size_t, void*) { std::free(ptr); }
+
+}  // namespace
+
+sdm_p1_allocator default_allocator(sdm_p1_backend backend) {
+    if (backend != SDM_P1_BACKEND_CPU) {
+        fail(SDM_P1_ERROR_INTERNAL, "no default allocator for backend ", backend);
+    }
+    return sdm_p1_allocator{nullptr, host_alloc, host_free};
+}
+
+Block::Block(const sdm_p1_allocator& allocator, size_t bytes) : allocator_(allocator) {
+    if (bytes == 0) return;
+    void* p = nullptr;
+    if (allocator_.alloc(allocator_.ctx, &p, bytes, nullptr) != 0 || p == nullptr) {
+        fail(SDM_P1_ERROR_OUT_OF_MEMORY, "sdm_p1_plan_create: the allocator could not provide ",
+             bytes, " bytes");
+    }
+    data_ = p;
+    bytes_ = bytes;
+}
+
+Block::~Block() { release(); }
+
+Block::Block(Block&& other) noexcept
+    : allocator_(other.allocator_), data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+Block& Block::operator=(Block&& other) noexcept {
+    if (this != &other) {
+        release();
+        allocator_ = other.allocator_;
+        data_ = std::exchange(other.data_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+}
+
+void Block::release() noexcept {
+    if (data_ != nullptr) allocator_.free(allocator_.ctx, data_, bytes_, nullptr);
+    data_ = nullptr;
+    bytes_ = 0;
+}
+
+}  // namespace sdm_p1

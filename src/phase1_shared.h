@@ -1,0 +1,327 @@
+// Definitions shared by the host (CPU backend, plan code) and device (CUDA kernels) code:
+// the bit layouts of the packed outputs and the canonical arithmetic. Every output bit that
+// both backends produce is defined by a function here, so the two cannot drift apart.
+//
+// Canonical arithmetic (see DESIGN.md):
+//  * Gates are rounded once to a signed 128-bit fixed-point number with 96 fraction bits
+//    (Q31.96). Every float32 gate of magnitude 2^-73 .. 2^22 is held exactly; smaller ones are
+//    rounded to a multiple of 2^-96 (an absolute error below 2^-97). Sums and differences of
+//    these are exact, so every log-cumsum is the same in every summation order, and
+//    log_k / log_q / rex are the float32 nearest to the exact sum of the gates they cover.
+//  * exp is taken of the exact fixed-point value (converted to double with one rounding) by
+//    exp_double below: a fixed sequence of IEEE double operations, each rounded to nearest.
+//  * Scaled values (k_eff, q_w, records, kspa) are formed in double (the value times the
+//    exponential; products of two floats are exact in double) and rounded once to float32;
+//    bfloat16 outputs are that float32 rounded to nearest even bfloat16.
+//  * Each cell of a / qk is a double sum, in the canonical order documented at pair_term_add,
+//    of exact products times exp, each added by one fused multiply-add; rounded once to float.
+// Host code is compiled with -ffp-contract=off; device code calls the _rn intrinsics, so no
+// compiler may fuse or reorder these operations.
+#ifndef SDM_P1_PHASE1_SHARED_H
+#define SDM_P1_PHASE1_SHARED_H
+
+#include <stdint.h>
+
+#include <cmath>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define SDM_HD __host__ __device__ __forceinline__
+#else
+#define SDM_HD inline
+#endif
+
+namespace sdm_p1 {
+
+// ---------------------------------------------------------------------------------------
+// Bit layouts
+
+// Sorted payload word of an entry (spec: p1_keys_zw_kernel / p1_scan_kernel).
+constexpr uint32_t kLaneMask = 0xFFu;         // bits 0-7: lane (write or read column)
+constexpr uint32_t kIsQ = 1u << 8;            // bit 8: a read (Q) entry
+constexpr int kTokenShift = 9;                // bits 9-16: token in the chunk
+constexpr uint32_t kTokenMask = 0xFFu;
+constexpr uint32_t kInvalid = 1u << 17;       // bit 17: padding entry
+constexpr uint32_t kLastK = 1u << 30;         // bit 30: last valid write of its group
+constexpr uint32_t kHead = 1u << 31;          // bit 31: first entry of its group
+// Sorted rows are padded to a multiple of this many entries; the padding holds kTailPayload.
+constexpr int kRowAlign = 16;
+constexpr uint32_t kTailPayload = kInvalid | kHead;
+
+// Packed positions (pos_k / pos_q).
+constexpr int kPosBits = 17;
+constexpr uint32_t kPosMask = (1u << kPosBits) - 1u;
+constexpr int kPosAfterShift = kPosBits;
+constexpr int kPosSizeShift = kPosBits + 7;
+constexpr uint32_t kPosCountMax = 127u;
+
+// Elements of the sorted write / read rows (spay_k / spay_q, records' first word).
+constexpr uint32_t kSortedEntryMask = 0x3FFFFu;
+constexpr int kSortedDistShift = 18;
+constexpr uint32_t kSortedDistMax = 4095u;
+constexpr uint32_t kSortedLast = kLastK;
+constexpr uint32_t kSortedFirst = kHead;
+
+// Limits.
+constexpr int kMaxC = 256;
+constexpr int kMaxLanes = 256;
+constexpr int kMaxRowEntries = 1 << 17;   // C * (W + R)
+constexpr int kMaxRecTile = 1 << 20;
+// Gates must be finite with |g| < 2^kGateMaxExp: 256 of them then sum below 2^30 and every
+// difference of two sums fits the 31 integer bits of the fixed-point format.
+constexpr int kGateMaxExp = 22;
+
+SDM_HD uint32_t payload_word(int token, int lane, bool is_q, bool valid) {
+    return static_cast<uint32_t>(token) << kTokenShift | (is_q ? kIsQ : 0u) |
+           static_cast<uint32_t>(lane) | (valid ? 0u : kInvalid);
+}
+
+SDM_HD int32_t pack_position(uint32_t pos, uint32_t before, uint32_t after, bool valid) {
+    if (!valid) return static_cast<int32_t>(pos);
+    const uint32_t after_sat = after < kPosCountMax ? after : kPosCountMax;
+    const uint32_t size = before + 1u + after;
+    const uint32_t size_sat = size < kPosCountMax ? size : kPosCountMax;
+    return static_cast<int32_t>(pos | after_sat << kPosAfterShift | size_sat << kPosSizeShift);
+}
+
+// The element of an entry in its kind's sorted row; before / after count the entry's peers.
+SDM_HD int32_t sorted_element(uint32_t payload, uint32_t before, uint32_t after, bool valid) {
+    uint32_t e = payload & kSortedEntryMask;
+    if (!valid) return static_cast<int32_t>(e | kSortedFirst | kSortedLast);
+    e |= (before < kSortedDistMax ? before : kSortedDistMax) << kSortedDistShift;
+    if (before == 0u) e |= kSortedFirst;
+    if (after == 0u) e |= kSortedLast;
+    return static_cast<int32_t>(e);
+}
+
+// ---------------------------------------------------------------------------------------
+// Correctly rounded IEEE operations (no contraction on either side).
+
+#if defined(__CUDA_ARCH__)
+SDM_HD double dmul(double a, double b) { return __dmul_rn(a, b); }
+SDM_HD double dadd(double a, double b) { return __dadd_rn(a, b); }
+SDM_HD double dfma(double a, double b, double c) { return __fma_rn(a, b, c); }
+SDM_HD float to_f32(double d) { return __double2float_rn(d); }
+SDM_HD double dfloor(double d) { return floor(d); }
+#else
+SDM_HD double dmul(double a, double b) { return a * b; }
+SDM_HD double dadd(double a, double b) { return a + b; }
+SDM_HD double dfma(double a, double b, double c) { return std::fma(a, b, c); }
+SDM_HD float to_f32(double d) { return static_cast<float>(d); }
+SDM_HD double dfloor(double d) { return std::floor(d); }
+#endif
+
+SDM_HD uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+SDM_HD float f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+SDM_HD double f64_from_bits(uint64_t u) {
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+// bfloat16 as its 16 bits: round to nearest even from float32 (NaN stays a quiet NaN).
+SDM_HD uint16_t bf16_from_f32(float f) {
+    const uint32_t u = f32_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+SDM_HD float bf16_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
+
+// ---------------------------------------------------------------------------------------
+// Q31.96 fixed point: value = (hi:lo as a signed 128-bit integer) * 2^-96.
+
+struct Fix {
+    uint64_t lo;
+    uint64_t hi;   // two's complement high word
+};
+
+SDM_HD Fix fix_zero() { return Fix{0u, 0u}; }
+SDM_HD Fix fix_add(Fix a, Fix b) {
+    const uint64_t lo = a.lo + b.lo;
+    return Fix{lo, a.hi + b.hi + (lo < a.lo ? 1u : 0u)};
+}
+SDM_HD Fix fix_neg(Fix a) {
+    const uint64_t lo = ~a.lo + 1u;
+    return Fix{lo, ~a.hi + (lo == 0u ? 1u : 0u)};
+}
+SDM_HD Fix fix_sub(Fix a, Fix b) { return fix_add(a, fix_neg(b)); }
+SDM_HD bool fix_is_negative(Fix a) { return (a.hi >> 63) != 0u; }
+SDM_HD bool fix_is_zero(Fix a) { return (a.lo | a.hi) == 0u; }
+
+// Index of the highest set bit of a non-zero 64-bit word.
+SDM_HD int msb64(uint64_t v) {
+#if defined(__CUDA_ARCH__)
+    return 63 - __clzll(static_cast<long long>(v));
+#else
+    return 63 - __builtin_clzll(v);
+#endif
+}
+
+// (hi:lo) >> s rounded to nearest even, for 0 < s < 128 and a result below 2^63.
+SDM_HD uint64_t shift_round_even(uint64_t hi, uint64_t lo, int s) {
+    // q = the bits above s (fits 64 bits by the callers' choice of s), rem = bits below.
+    uint64_t q, rem_hi, rem_lo, half_hi, half_lo;
+    if (s < 64) {
+        q = (lo >> s) | (s ? hi << (64 - s) : 0u);
+        rem_hi = 0u;
+        rem_lo = lo & ((uint64_t{1} << s) - 1u);
+        half_hi = 0u;
+        half_lo = uint64_t{1} << (s - 1);
+    } else {
+        q = s == 64 ? hi : hi >> (s - 64);
+        rem_hi = s == 64 ? 0u : hi & ((uint64_t{1} << (s - 64)) - 1u);
+        rem_lo = lo;
+        half_hi = s == 64 ? 0u : uint64_t{1} << (s - 65);
+        half_lo = s == 64 ? uint64_t{1} << 63 : 0u;
+    }
+    const bool above = rem_hi > half_hi || (rem_hi == half_hi && rem_lo > half_lo);
+    const bool tie = rem_hi == half_hi && rem_lo == half_lo;
+    return q + ((above || (tie && (q & 1u))) ? 1u : 0u);
+}
+
+// A fixed-point magnitude rounded to `bits` significant bits: value = mant * 2^exp2 (before
+// the 2^-96 scale). mag must be non-zero.
+SDM_HD void fix_round_magnitude(uint64_t hi, uint64_t lo, int bits, uint64_t* mant, int* exp2) {
+    const int p = hi ? 64 + msb64(hi) : msb64(lo);
+    if (p < bits) {
+        *mant = lo;   // exact: fits in `bits` <= 53 bits, so hi is 0
+        *exp2 = 0;
+        return;
+    }
+    int s = p - (bits - 1);
+    uint64_t m = shift_round_even(hi, lo, s);
+    if (m >> bits) {   // rounding carried into a new bit
+        m >>= 1;
+        ++s;
+    }
+    *mant = m;
+    *exp2 = s;
+}
+
+// 2^k as a double for -1022 <= k <= 1023.
+SDM_HD double pow2_double(int k) {
+    return f64_from_bits(static_cast<uint64_t>(k + 1023) << 52);
+}
+
+// The float32 nearest to a fixed-point value (ties to even). 0 gives +0.
+SDM_HD float fix_to_f32(Fix x) {
+    if (fix_is_zero(x)) return 0.0f;
+    const bool neg = fix_is_negative(x);
+    const Fix mag = neg ? fix_neg(x) : x;
+    uint64_t mant;
+    int e;
+    fix_round_magnitude(mag.hi, mag.lo, 24, &mant, &e);
+    // mant < 2^24 and 2^(e - 96) are exact in double; their product is exact too, and it is a
+    // float32 value, so the conversion below does not round.
+    const double v = dmul(static_cast<double>(mant), pow2_double(e - 96));
+    return to_f32(neg ? -v : v);
+}
+
+// The double nearest to a fixed-point value (ties to even).
+SDM_HD double fix_to_f64(Fix x) {
+    if (fix_is_zero(x)) return 0.0;
+    const bool neg = fix_is_negative(x);
+    const Fix mag = neg ? fix_neg(x) : x;
+    uint64_t mant;
+    int e;
+    fix_round_magnitude(mag.hi, mag.lo, 53, &mant, &e);
+    const double v = dmul(static_cast<double>(mant), pow2_double(e - 96));
+    return neg ? -v : v;
+}
+
+// A float32 gate in fixed point. Returns false for a gate that is not finite or whose
+// magnitude is 2^kGateMaxExp or more. Magnitudes below 2^-73 are rounded to nearest even.
+SDM_HD bool gate_to_fix(float g, Fix* out) {
+    const uint32_t u = f32_bits(g);
+    const uint32_t biased = (u >> 23) & 0xFFu;
+    if (biased >= 127u + kGateMaxExp) return false;   // also infinities and NaN (biased 255)
+    uint64_t m = u & 0x7FFFFFu;
+    int e2;   // g = m * 2^e2
+    if (biased == 0u) {
+        e2 = -149;
+    } else {
+        m |= 0x800000u;
+        e2 = static_cast<int>(biased) - 150;
+    }
+    const int sh = e2 + 96;   // fixed = m * 2^sh, sh <= 94 by the bound above
+    Fix mag;
+    if (m == 0u) {
+        mag = fix_zero();
+    } else if (sh >= 64) {
+        mag = Fix{0u, m << (sh - 64)};
+    } else if (sh > 0) {
+        mag = Fix{m << sh, m >> (64 - sh)};
+    } else if (sh == 0) {
+        mag = Fix{m, 0u};
+    } else if (-sh >= 64) {
+        mag = fix_zero();   // below half of 2^-96: m < 2^24 <= 2^(-sh-1)
+    } else {
+        mag = Fix{shift_round_even(0u, m, -sh), 0u};
+    }
+    *out = (u >> 31) ? fix_neg(mag) : mag;
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// exp
+
+// exp(x) in double: x = k ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor series to degree
+// 13 (truncation below 2^-60 relative), scaled by 2^k. Arguments below -700 give 0 and above
+// 700 are clamped to 700 (every use multiplies by values whose product with exp(+-700)
+// already under- or overflows float32). About 1 ulp of double; one fixed operation sequence.
+SDM_HD double exp_double(double x) {
+    if (!(x >= -700.0)) return 0.0;
+    if (x > 700.0) x = 700.0;
+    const double kLog2e = 1.4426950408889634;
+    const double kLn2Hi = 0.69314718055994529;      // ln 2 rounded to double
+    const double kLn2Lo = 2.3190468138462996e-17;   // ln 2 - kLn2Hi
+    const double k = dfloor(dadd(dmul(x, kLog2e), 0.5));
+    double r = dfma(-k, kLn2Hi, x);
+    r = dfma(-k, kLn2Lo, r);
+    // 1 / i! for i = 13 .. 0.
+    const double c[14] = {1.6059043836821613e-10, 2.0876756987868099e-09, 2.505210838544172e-08,
+                          2.7557319223985888e-07, 2.7557319223985893e-06, 2.4801587301587302e-05,
+                          1.9841269841269841e-04, 1.3888888888888889e-03, 8.3333333333333332e-03,
+                          4.1666666666666664e-02, 1.6666666666666666e-01, 0.5, 1.0, 1.0};
+    double p = c[0];
+    for (int i = 1; i < 14; ++i) p = dfma(p, r, c[i]);
+    return dmul(p, pow2_double(static_cast<int>(k)));
+}
+
+// exp of a fixed-point log value.
+SDM_HD double exp_fix(Fix x) { return exp_double(fix_to_f64(x)); }
+
+// ---------------------------------------------------------------------------------------
+// Output values
+
+// v * exp(log), rounded once to float32 (k_eff, q_w and the records' scaled values).
+SDM_HD float scaled_f32(float v, Fix log) {
+    return to_f32(dmul(static_cast<double>(v), exp_fix(log)));
+}
+
+// -beta * v * exp(log) (kspa): -beta * v is exact in double; one rounding at the end.
+SDM_HD float neg_beta_scaled_f32(float beta, float v, Fix log) {
+    return to_f32(dmul(dmul(-static_cast<double>(beta), static_cast<double>(v)), exp_fix(log)));
+}
+
+// One term of a cell of a or qk added to its running double sum: v_i * v_j is exact in
+// double, times exp(log_i - log_j) and the add in one fused operation. Canonical order of the
+// terms of cell (i, j): the entries of token i in lane order; for each, the earlier entries
+// of token j in its slot group, nearest first (descending sorted position). The sum starts
+// at +0.0 and is rounded once to float32.
+SDM_HD double pair_term_add(double sum, float v_i, float v_j, Fix log_i, Fix log_j) {
+    const double prod = dmul(static_cast<double>(v_i), static_cast<double>(v_j));
+    return dfma(prod, exp_fix(fix_sub(log_i, log_j)), sum);
+}
+
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_PHASE1_SHARED_H

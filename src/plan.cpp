@@ -1,0 +1,107 @@
+#include "plan.h"
+
+#include <cstdint>
+#include <memory>
+
+#include "cpu/cpu_backend.h"
+#include "errors.h"
+
+namespace sdm_p1 {
+
+namespace {
+
+constexpr size_t kOutputAlign = 256;
+
+size_t align_up(size_t b) { return (b + kOutputAlign - 1) / kOutputAlign * kOutputAlign; }
+
+size_t workspace_bytes(const Options& o) {
+    if (o.backend == SDM_P1_BACKEND_CPU) return cpu::workspace_bytes(o);
+    fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE, "backend ", o.backend, " is not built in");
+}
+
+void require_input(const void* p, size_t align, const char* name) {
+    if (p == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->", name, " is NULL");
+    if (reinterpret_cast<uintptr_t>(p) % align != 0u) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->", name,
+             " is not aligned to its element size (", align, " bytes)");
+    }
+}
+
+}  // namespace
+
+sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
+    auto plan = std::make_unique<sdm_p1_plan>();
+    plan->options = resolve_options(desc);
+    Options& o = plan->options;
+    if (o.allocator.alloc == nullptr) o.allocator = default_allocator(o.backend);
+    plan->views = describe_outputs(o);
+    plan->workspace = Block(o.allocator, workspace_bytes(o));
+    if (o.output_mode == SDM_P1_OUTPUTS_PLAN) {
+        size_t total = 0;
+        for (const sdm_p1_tensor& v : plan->views) total += align_up(v.bytes);
+        plan->outputs = Block(o.allocator, total);
+        char* p = static_cast<char*>(plan->outputs.data());
+        for (sdm_p1_tensor& v : plan->views) {
+            if (!v.requested) continue;
+            v.data = p;
+            p += align_up(v.bytes);
+        }
+    }
+    return plan.release();
+}
+
+void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outputs, int32_t count,
+                  void* stream) {
+    const Options& o = plan.options;
+    if (in == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs is NULL");
+    if (in->struct_size != sizeof(sdm_p1_inputs)) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->struct_size = ", in->struct_size,
+             ", expected ", sizeof(sdm_p1_inputs), " (fill it from SDM_P1_INPUTS_INITIALIZER)");
+    }
+    const size_t idx = o.idx64 ? 8 : 4, val = o.bf16 ? 2 : 4;
+    require_input(in->k_idx, idx, "k_idx");
+    require_input(in->q_idx, idx, "q_idx");
+    require_input(in->k_val, val, "k_val");
+    require_input(in->q_val, val, "q_val");
+    require_input(in->g, 4, "g");
+    if (o.has(SDM_P1_DET_KSPA)) {
+        if (in->beta == nullptr) {
+            fail(SDM_P1_ERROR_INVALID_ARGUMENT,
+                 "sdm_p1_execute: det_fields asks for kspa (SDM_P1_DET_KSPA), which needs beta, but "
+                 "inputs->beta is NULL");
+        }
+        require_input(in->beta, 4, "beta");
+    }
+
+    // The output buffers, by field.
+    if (count < 0 || count > SDM_P1_FIELD_COUNT || (outputs == nullptr && count != 0)) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: count = ", count,
+             " must be in 0..SDM_P1_FIELD_COUNT (", SDM_P1_FIELD_COUNT, "), and 0 when outputs is NULL");
+    }
+    void* buffers[SDM_P1_FIELD_COUNT] = {};
+    for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
+        const sdm_p1_tensor& v = plan.views[static_cast<size_t>(f)];
+        if (!v.requested) continue;
+        void* given = f < count ? outputs[f] : nullptr;
+        buffers[f] = given != nullptr ? given : v.data;
+        if (buffers[f] == nullptr) {
+            fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: no buffer for output '", v.name,
+                 "' (", v.bytes, " bytes): a plan in SDM_P1_OUTPUTS_CALLER mode needs one for every "
+                 "requested field");
+        }
+        const size_t align = v.dtype == SDM_P1_DTYPE_INT8 ? 1 : v.dtype == SDM_P1_DTYPE_BFLOAT16 ? 2
+                             : v.dtype == SDM_P1_DTYPE_INT64 ? 8 : 4;
+        if (reinterpret_cast<uintptr_t>(buffers[f]) % align != 0u) {
+            fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: the buffer of output '", v.name,
+                 "' is not aligned to its element size (", align, " bytes)");
+        }
+    }
+    (void)stream;   // the CPU backend returns when the outputs are complete
+    if (o.backend == SDM_P1_BACKEND_CPU) {
+        cpu::execute(o, *in, output_buffers(buffers), plan.workspace.data());
+        return;
+    }
+    fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE, "backend ", o.backend, " is not built in");
+}
+
+}  // namespace sdm_p1

@@ -1,0 +1,30 @@
+// The plan behind the opaque sdm_p1_plan handle: resolved options, output views, memory.
+#ifndef SDM_P1_PLAN_H
+#define SDM_P1_PLAN_H
+
+#include <cstddef>
+
+#include "memory.h"
+#include "options.h"
+#include "outputs.h"
+#include "sdm/phase1.h"
+
+struct sdm_p1_plan {
+    sdm_p1::Options options;
+    sdm_p1::OutputViews views;   // data set in SDM_P1_OUTPUTS_PLAN mode
+    sdm_p1::Block outputs;       // every requested output, in one block (plan mode)
+    sdm_p1::Block workspace;
+};
+
+namespace sdm_p1 {
+
+// Validates desc and allocates the plan's memory; throws Error.
+sdm_p1_plan* create_plan(const sdm_p1_desc* desc);
+
+// Validates the inputs and output buffers, then runs the plan's backend; throws Error.
+void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* inputs, void* const* outputs,
+                  int32_t count, void* stream);
+
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_PLAN_H
