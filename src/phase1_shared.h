@@ -238,10 +238,12 @@ SDM_HD double fix_to_f64(Fix x) {
 }
 
 // A float32 gate in fixed point. Returns false for a gate that is not finite or whose
-// magnitude is 2^kGateMaxExp or more. Magnitudes below 2^-73 are rounded to nearest even.
+// magnitude is 2^kGateMaxExp or more (*out is then 0). Magnitudes below 2^-73 are rounded to
+// nearest even.
 SDM_HD bool gate_to_fix(float g, Fix* out) {
     const uint32_t u = f32_bits(g);
     const uint32_t biased = (u >> 23) & 0xFFu;
+    *out = fix_zero();
     if (biased >= 127u + kGateMaxExp) return false;   // also infinities and NaN (biased 255)
     uint64_t m = u & 0x7FFFFFu;
     int e2;   // g = m * 2^e2

@@ -13,7 +13,7 @@ def bf16_from_float32(x) -> np.ndarray:
     NaNs stay NaN (quiet, sign kept); infinities stay infinite; values beyond the bfloat16
     range round to infinity. Returns a uint16 array of ``x``'s shape.
     """
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
     lsb = (bits >> 16) & 1
     rounded = (bits.astype(np.uint64) + 0x7FFF + lsb) >> 16
     nan = (bits & 0x7FFFFFFF) > 0x7F800000

@@ -18,7 +18,8 @@ class Phase1Error(ValueError):
     """
 
     def __init__(self, function: str, code: int, status: str, message: str):
-        super().__init__(f"{function}: {status}: {message}")
+        where = "" if message.startswith(function) else f"{function}: "
+        super().__init__(f"{status}: {where}{message}")
         self.function = function
         self.code = code
         self.status = status

@@ -180,18 +180,24 @@ sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
 ABI_MAJOR = 1
 
 
-def _source_tree_library() -> Path:
-    # bindings/python/sdm_phase1/_library.py -> <repo>/build/libsdmp1.so
-    return Path(__file__).resolve().parents[3] / "build" / "libsdmp1.so"
+def _source_tree_library():
+    """<repo>/build/libsdmp1.so when this package runs from the source tree
+    (<repo>/bindings/python/sdm_phase1), else None."""
+    here = Path(__file__).resolve().parent
+    if here.parent.name != "python" or here.parent.parent.name != "bindings":
+        return None
+    return here.parents[2] / "build" / "libsdmp1.so"
 
 
-def candidate_paths() -> list[str]:
-    """The library files or names tried, in order (after the SDMP1_LIBRARY override)."""
+def candidate_paths() -> list:
+    """The library files or names tried, in order, after the SDMP1_LIBRARY override: the
+    source tree's build/libsdmp1.so, then the system's (find_library, libsdmp1.so.1)."""
+    tree = _source_tree_library()
     found = ctypes.util.find_library("sdmp1")
     system = [found] if found else []
     if "libsdmp1.so.1" not in system:
         system.append("libsdmp1.so.1")
-    return [str(_source_tree_library())] + system
+    return ([str(tree)] if tree is not None else []) + system
 
 
 def _load(ffi: cffi.FFI):
@@ -234,5 +240,6 @@ def _check_version(lib, path: str) -> None:
 
 ffi = cffi.FFI()
 ffi.cdef(CDEF)
+#: ``lib``: the loaded library; ``library_path``: the file or name it was loaded from.
 lib, library_path = _load(ffi)
 _check_version(lib, library_path)

@@ -1,0 +1,435 @@
+/* The C API as a C99 caller sees it: versions, statuses, every descriptor and execute error,
+ * allocators, output modes and views, and a hand-worked chunk. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sdm/phase1.h"
+#include "test_util.h"
+
+/* ---- a small valid problem, filled deterministically ---------------------------------- */
+
+enum { TN = 4, TC = 8, TW = 3, TR = 2, TP = 2, TKEYS = 16, TOFF = 100 };
+
+typedef struct Problem {
+    int32_t k_idx[TN * TC * TW], q_idx[TN * TC * TR];
+    float k_val[TN * TC * TW], q_val[TN * TC * TR], g[TN * TC * TW], beta[TN * TC];
+} Problem;
+
+static void fill_problem(Problem* p) {
+    uint32_t s = 7u;
+    for (int c = 0; c < TN; ++c) {
+        for (int t = 0; t < TC; ++t) {
+            const int tok = c * TC + t, base = (c % TP) * TOFF;
+            for (int w = 0; w < TW; ++w) {
+                p->k_idx[tok * TW + w] = base + (int32_t)((t + 5 * w + c) % TKEYS);
+                p->k_val[tok * TW + w] = 0.25f * (float)(w + 1) - 0.1f * (float)(t % 3);
+                p->g[tok * TW + w] = -0.125f * (float)(1 + (t + w) % 5);
+            }
+            for (int r = 0; r < TR; ++r) {
+                s = s * 1103515245u + 12345u;
+                p->q_idx[tok * TR + r] = base + (int32_t)((s >> 16) % TKEYS);
+                p->q_val[tok * TR + r] = 1.0f + 0.5f * (float)r;
+            }
+            p->beta[tok] = 0.75f;
+        }
+    }
+}
+
+static sdm_p1_desc problem_desc(void) {
+    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
+    d.N = TN;
+    d.C = TC;
+    d.W = TW;
+    d.R = TR;
+    d.num_parallel = TP;
+    d.stream_offset = TOFF;
+    d.num_keys = TKEYS;
+    d.valid_last = 6;
+    d.backend = SDM_P1_BACKEND_CPU;
+    return d;
+}
+
+static sdm_p1_inputs problem_inputs(const Problem* p) {
+    sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
+    in.k_idx = p->k_idx;
+    in.q_idx = p->q_idx;
+    in.k_val = p->k_val;
+    in.q_val = p->q_val;
+    in.g = p->g;
+    in.beta = p->beta;
+    return in;
+}
+
+/* Creating a plan from d fails with `want` and a message containing `needle`. */
+static void expect_create_fails(sdm_p1_desc d, sdm_p1_status want, const char* needle,
+                                const char* what) {
+    sdm_p1_plan* plan = (sdm_p1_plan*)&plan; /* any non-NULL value: must be reset to NULL */
+    const sdm_p1_status s = sdm_p1_plan_create(&plan, &d);
+    CHECK_MSG(s == want, what);
+    CHECK_MSG(plan == NULL, what);
+    CHECK_MSG(strstr(sdm_p1_last_error(), needle) != NULL, what);
+    if (s != want || strstr(sdm_p1_last_error(), needle) == NULL) {
+        printf("    %s: got %s: %s\n", what, sdm_p1_status_string(s), sdm_p1_last_error());
+    }
+    if (s == SDM_P1_SUCCESS) sdm_p1_plan_destroy(plan);
+}
+
+/* A counting allocator: every block it gives out must come back. */
+typedef struct Counter {
+    int live;
+    int calls;
+    size_t bytes;
+    int fail;
+} Counter;
+
+static int counting_alloc(void* ctx, void** ptr, size_t bytes, void* stream) {
+    Counter* c = (Counter*)ctx;
+    (void)stream;
+    if (c->fail) return 1;
+    *ptr = malloc(bytes);
+    if (*ptr == NULL) return 1;
+    ++c->live;
+    ++c->calls;
+    c->bytes += bytes;
+    return 0;
+}
+
+static void counting_free(void* ctx, void* ptr, size_t bytes, void* stream) {
+    Counter* c = (Counter*)ctx;
+    (void)bytes;
+    (void)stream;
+    --c->live;
+    free(ptr);
+}
+
+static void test_versions_and_statuses(void) {
+    CHECK(sdm_p1_version_number() == SDM_P1_VERSION_NUMBER);
+    CHECK(strcmp(sdm_p1_version_string(), "1.0.0") == 0);
+    CHECK(strcmp(sdm_p1_status_string(SDM_P1_SUCCESS), "SDM_P1_SUCCESS") == 0);
+    CHECK(strcmp(sdm_p1_status_string(SDM_P1_ERROR_INVALID_INPUT), "SDM_P1_ERROR_INVALID_INPUT") == 0);
+    CHECK(strcmp(sdm_p1_status_string((sdm_p1_status)99), "SDM_P1_UNKNOWN_STATUS") == 0);
+    CHECK(sdm_p1_last_error() != NULL);
+}
+
+static void test_descriptor_errors(void) {
+    const sdm_p1_desc ok = problem_desc();
+    sdm_p1_desc d;
+    sdm_p1_plan* plan = NULL;
+
+    CHECK(sdm_p1_plan_create(NULL, &ok) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(sdm_p1_plan_create(&plan, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT && plan == NULL);
+    CHECK(strstr(sdm_p1_last_error(), "desc is NULL") != NULL);
+
+#define BAD(field, value, status, needle)               \
+    d = ok;                                             \
+    d.field = value;                                    \
+    expect_create_fails(d, status, needle, #field " = " #value)
+    BAD(magic, 0u, SDM_P1_ERROR_INVALID_ARGUMENT, "SDM_P1_DESC_INITIALIZER");
+    BAD(struct_size, 8u, SDM_P1_ERROR_INVALID_ARGUMENT, "SDM_P1_DESC_INITIALIZER");
+    BAD(struct_size, (uint32_t)sizeof(sdm_p1_desc) + 8u, SDM_P1_ERROR_INVALID_ARGUMENT, "size");
+    BAD(version, 20000u, SDM_P1_ERROR_INVALID_ARGUMENT, "version");
+    BAD(N, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "N = 0");
+    BAD(C, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "C = 0");
+    BAD(C, 257, SDM_P1_ERROR_UNSUPPORTED, "C = 257");
+    BAD(W, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "W = 0");
+    BAD(W, 257, SDM_P1_ERROR_UNSUPPORTED, "W = 257");
+    BAD(R, -1, SDM_P1_ERROR_INVALID_ARGUMENT, "R = -1");
+    BAD(R, 300, SDM_P1_ERROR_UNSUPPORTED, "R = 300");
+    BAD(num_parallel, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "num_parallel = 0");
+    BAD(num_parallel, 3, SDM_P1_ERROR_INVALID_ARGUMENT, "does not divide N");
+    BAD(num_keys, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "num_keys = 0");
+    BAD(num_keys, ((int64_t)1 << 32) + 1, SDM_P1_ERROR_INVALID_ARGUMENT, "num_keys");
+    BAD(stream_offset, -5, SDM_P1_ERROR_INVALID_ARGUMENT, "stream_offset = -5");
+    BAD(stream_offset, INT64_MAX, SDM_P1_ERROR_INVALID_ARGUMENT, "overflow");
+    BAD(valid_last, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "valid_last = 0");
+    BAD(valid_last, TC + 1, SDM_P1_ERROR_INVALID_ARGUMENT, "valid_last = 9");
+    BAD(index_dtype, SDM_P1_DTYPE_FLOAT32, SDM_P1_ERROR_INVALID_ARGUMENT, "index_dtype");
+    BAD(value_dtype, SDM_P1_DTYPE_INT32, SDM_P1_ERROR_INVALID_ARGUMENT, "value_dtype");
+    BAD(gate_width, 2, SDM_P1_ERROR_INVALID_ARGUMENT, "gate_width = 2");
+    BAD(need_read_groups, 2, SDM_P1_ERROR_INVALID_ARGUMENT, "need_read_groups");
+    BAD(det_fields, 1024, SDM_P1_ERROR_INVALID_ARGUMENT, "dc_rec");
+    BAD(det_fields, 4096 | 1, SDM_P1_ERROR_INVALID_ARGUMENT, "unknown bits 4096");
+    BAD(det_fields, -2, SDM_P1_ERROR_INVALID_ARGUMENT, "det_fields");
+    BAD(backend, SDM_P1_BACKEND_CUDA, SDM_P1_ERROR_BACKEND_UNAVAILABLE, "without the CUDA backend");
+    BAD(backend, 9, SDM_P1_ERROR_INVALID_ARGUMENT, "backend = 9");
+    BAD(num_threads, -3, SDM_P1_ERROR_INVALID_ARGUMENT, "num_threads");
+    BAD(output_mode, 4, SDM_P1_ERROR_INVALID_ARGUMENT, "output_mode");
+#undef BAD
+    d = ok;
+    d.det_fields = SDM_P1_DET_TILES;
+    d.rec_tile = (1 << 20) + 1;
+    expect_create_fails(d, SDM_P1_ERROR_INVALID_ARGUMENT, "rec_tile", "rec_tile too long");
+    d = ok;
+    d.det_fields = SDM_P1_DET_KREC;
+    d.num_keys = (int64_t)1 << 32;
+    d.num_parallel = 1;
+    expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "32 bits", "krec with 2^32 slots");
+    d = ok;
+    d.allocator.alloc = NULL;
+    d.allocator.free = counting_free;
+    expect_create_fails(d, SDM_P1_ERROR_INVALID_ARGUMENT, "allocator", "allocator without alloc");
+}
+
+static void test_resolved_desc_and_views(void) {
+    sdm_p1_desc d = problem_desc();
+    d.need_read_groups = 0;
+    sdm_p1_plan* plan = NULL;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+    sdm_p1_desc r;
+    CHECK(sdm_p1_plan_desc(plan, &r) == SDM_P1_SUCCESS);
+    CHECK(r.det_fields == SDM_P1_DET_SHIPPED && r.rec_tile == 128 && r.valid_last == 6);
+    CHECK(r.backend == SDM_P1_BACKEND_CPU && r.num_threads >= 1 && r.num_threads <= TN);
+    CHECK(r.need_read_groups == 0);
+    size_t ws = 0;
+    CHECK(sdm_p1_workspace_size(plan, &ws) == SDM_P1_SUCCESS && ws > 0);
+
+    sdm_p1_tensor v[SDM_P1_FIELD_COUNT + 1];
+    memset(v, 0, sizeof v);
+    CHECK(sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT + 1) == SDM_P1_SUCCESS);
+    CHECK(v[SDM_P1_FIELD_COUNT].name == NULL); /* past the fields: untouched */
+    CHECK(strcmp(v[SDM_P1_FIELD_A].name, "a") == 0 && v[SDM_P1_FIELD_A].ndim == 3);
+    CHECK(v[SDM_P1_FIELD_A].shape[1] == TC && v[SDM_P1_FIELD_A].shape[2] == TC);
+    CHECK(v[SDM_P1_FIELD_A].bytes == (size_t)TN * TC * TC * 4 && v[SDM_P1_FIELD_A].data != NULL);
+    /* row = C * (W + R) = 40 rounded up to 48 */
+    CHECK(v[SDM_P1_FIELD_PAYLOAD].shape[0] == TN && v[SDM_P1_FIELD_PAYLOAD].shape[1] == 48);
+    CHECK(v[SDM_P1_FIELD_SPAY_RANK].shape[1] == 2 && v[SDM_P1_FIELD_SPAY_RANK].shape[2] == 2);
+    CHECK(v[SDM_P1_FIELD_IS_LAST].requested && v[SDM_P1_FIELD_POS_Q].requested);
+    CHECK(!v[SDM_P1_FIELD_Q_LAST].requested && !v[SDM_P1_FIELD_SPAY_Q].requested);
+    CHECK(!v[SDM_P1_FIELD_Q_LAST].data && v[SDM_P1_FIELD_Q_LAST].bytes == 0);
+    CHECK(!v[SDM_P1_FIELD_KREC].requested && !v[SDM_P1_FIELD_DC_REC].requested);
+    CHECK(strcmp(v[SDM_P1_FIELD_QREC8].name, "qrec8") == 0);
+    CHECK(v[SDM_P1_FIELD_REPEATS].dtype == SDM_P1_DTYPE_INT64 && v[SDM_P1_FIELD_REPEATS].requested);
+    CHECK(v[SDM_P1_FIELD_CPE].dtype == SDM_P1_DTYPE_FLOAT32);
+    CHECK(sdm_p1_plan_destroy(plan) == SDM_P1_SUCCESS);
+    CHECK(sdm_p1_plan_destroy(NULL) == SDM_P1_SUCCESS);
+
+    d = problem_desc();
+    d.det_fields = SDM_P1_DET_ALL;
+    d.rec_tile = 5;
+    d.value_dtype = SDM_P1_DTYPE_BFLOAT16;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+    CHECK(sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT) == SDM_P1_SUCCESS);
+    CHECK(v[SDM_P1_FIELD_TILES_K].shape[1] == (TC * TW + 4) / 5 + 1);
+    CHECK(v[SDM_P1_FIELD_TILES_Q].shape[1] == (TC * TR + 4) / 5 + 1);
+    CHECK(v[SDM_P1_FIELD_DC_BPRE].shape[1] == (TC * TW + 31) / 32 + 1);
+    CHECK(v[SDM_P1_FIELD_QREC8].shape[2] == 2 && v[SDM_P1_FIELD_KREC].shape[2] == 4);
+    CHECK(v[SDM_P1_FIELD_K_EFF].dtype == SDM_P1_DTYPE_BFLOAT16 && v[SDM_P1_FIELD_K_EFF].bytes == (size_t)TN * TC * TW * 2);
+    CHECK(!v[SDM_P1_FIELD_DC_REC].requested);
+    sdm_p1_plan_destroy(plan);
+}
+
+static void test_execute_errors(void) {
+    static Problem p;
+    fill_problem(&p);
+    sdm_p1_desc d = problem_desc();
+    d.det_fields = SDM_P1_DET_SHIPPED | SDM_P1_DET_KSPA;
+    sdm_p1_plan* plan = NULL;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+    sdm_p1_inputs in = problem_inputs(&p);
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+
+    CHECK(sdm_p1_execute(NULL, &in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(sdm_p1_execute(plan, NULL, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    sdm_p1_inputs bad = in;
+    bad.struct_size = 4;
+    CHECK(sdm_p1_execute(plan, &bad, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    bad = in;
+    bad.q_val = NULL;
+    CHECK(sdm_p1_execute(plan, &bad, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "q_val is NULL") != NULL);
+    bad = in;
+    bad.g = (const float*)((const char*)p.g + 1);
+    CHECK(sdm_p1_execute(plan, &bad, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "aligned") != NULL);
+    bad = in;
+    bad.beta = NULL;
+    CHECK(sdm_p1_execute(plan, &bad, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "beta") != NULL);
+    CHECK(sdm_p1_execute(plan, &in, NULL, 3, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    void* too_many[SDM_P1_FIELD_COUNT + 1] = {0};
+    CHECK(sdm_p1_execute(plan, &in, too_many, SDM_P1_FIELD_COUNT + 1, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+
+    /* Data errors: the first bad entry in chunk order, named. */
+    const int32_t keep_k = p.k_idx[(1 * TC + 2) * TW + 1];
+    p.k_idx[(1 * TC + 2) * TW + 1] = 0; /* chunk 1 is stream 1: [100, 116) */
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_INPUT);
+    CHECK(strstr(sdm_p1_last_error(), "k_idx[1, 2, 1] = 0") != NULL);
+    CHECK(strstr(sdm_p1_last_error(), "[100, 116)") != NULL);
+    p.k_idx[(1 * TC + 2) * TW + 1] = keep_k;
+    const int32_t keep_q = p.q_idx[(2 * TC + 5) * TR + 1];
+    p.q_idx[(2 * TC + 5) * TR + 1] = TKEYS; /* one past stream 0's range (token 5 < valid_last) */
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_INPUT);
+    CHECK(strstr(sdm_p1_last_error(), "q_idx[2, 5, 1] = 16") != NULL);
+    p.q_idx[(2 * TC + 5) * TR + 1] = keep_q;
+    /* gates per token: g[c, t, 0] is p.g[c * TC + t]; chunk 3 token 0 is valid */
+    p.g[3 * TC] = INFINITY;
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_INPUT);
+    CHECK(strstr(sdm_p1_last_error(), "g[3, 0, 0] = inf") != NULL);
+    p.g[3 * TC] = -4194304.0f; /* -2^22 */
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_INPUT);
+    p.g[3 * TC] = -4194303.5f; /* the largest magnitude below 2^22 representable here */
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+    p.g[3 * TC] = NAN;
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_INPUT);
+    CHECK(strstr(sdm_p1_last_error(), "g[3, 0, 0] = nan") != NULL);
+    p.g[3 * TC] = -0.5f;
+
+    /* Padding tokens (t >= valid_last = 6 in the last TP chunks) are never read. */
+    for (int c = TN - TP; c < TN; ++c) {
+        for (int t = 6; t < TC; ++t) {
+            const int tok = c * TC + t;
+            for (int w = 0; w < TW; ++w) {
+                p.k_idx[tok * TW + w] = INT32_MIN;
+                p.k_val[tok * TW + w] = NAN;
+            }
+            for (int r = 0; r < TR; ++r) {
+                p.q_idx[tok * TR + r] = INT32_MAX;
+                p.q_val[tok * TR + r] = -INFINITY;
+            }
+            p.g[tok] = NAN;
+            p.beta[tok] = NAN;
+        }
+    }
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+    sdm_p1_tensor v[SDM_P1_FIELD_COUNT];
+    sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT);
+    const float* k_eff = (const float*)v[SDM_P1_FIELD_K_EFF].data;
+    const float* kspa = (const float*)v[SDM_P1_FIELD_KSPA].data;
+    int finite = 1;
+    for (int i = 0; i < TN * TC * TW; ++i) finite &= isfinite(k_eff[i]) && isfinite(kspa[i]);
+    CHECK(finite);
+    sdm_p1_plan_destroy(plan);
+}
+
+static void test_allocator_and_output_modes(void) {
+    static Problem p;
+    fill_problem(&p);
+    const sdm_p1_inputs in = problem_inputs(&p);
+    Counter counter = {0, 0, 0, 0};
+    sdm_p1_desc d = problem_desc();
+    d.det_fields = SDM_P1_DET_ALL;
+    d.allocator.ctx = &counter;
+    d.allocator.alloc = counting_alloc;
+    d.allocator.free = counting_free;
+    sdm_p1_plan* plan = NULL;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+    CHECK(counter.live == 2 && counter.calls == 2); /* outputs and workspace */
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+    CHECK(counter.calls == 2); /* execute allocates nothing */
+    sdm_p1_tensor v[SDM_P1_FIELD_COUNT];
+    sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT);
+
+    /* The same plan in caller mode: the caller's buffers get the same bits. */
+    sdm_p1_desc dc = d;
+    dc.output_mode = SDM_P1_OUTPUTS_CALLER;
+    sdm_p1_plan* caller = NULL;
+    CHECK(sdm_p1_plan_create(&caller, &dc) == SDM_P1_SUCCESS);
+    CHECK(counter.live == 3); /* workspace only */
+    sdm_p1_tensor vc[SDM_P1_FIELD_COUNT];
+    sdm_p1_outputs(caller, vc, SDM_P1_FIELD_COUNT);
+    void* bufs[SDM_P1_FIELD_COUNT] = {0};
+    CHECK(sdm_p1_execute(caller, &in, bufs, SDM_P1_FIELD_COUNT, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "no buffer for output 'a'") != NULL);
+    for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
+        CHECK(vc[f].data == NULL && vc[f].bytes == v[f].bytes && vc[f].requested == v[f].requested);
+        if (vc[f].requested) bufs[f] = malloc(vc[f].bytes);
+    }
+    CHECK(sdm_p1_execute(caller, &in, bufs, SDM_P1_FIELD_COUNT, NULL) == SDM_P1_SUCCESS);
+    int same = 1;
+    for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
+        if (v[f].requested) same &= memcmp(bufs[f], v[f].data, v[f].bytes) == 0;
+        free(bufs[f]);
+    }
+    CHECK(same);
+    sdm_p1_plan_destroy(caller);
+    sdm_p1_plan_destroy(plan);
+    CHECK(counter.live == 0);
+
+    counter.fail = 1;
+    plan = NULL;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_ERROR_OUT_OF_MEMORY && plan == NULL);
+    CHECK(strstr(sdm_p1_last_error(), "allocator") != NULL);
+    CHECK(counter.live == 0);
+}
+
+/* Two tokens, one write and one read each. Token 0 writes slot 5 (value 1, gate -1) and reads
+ * slot 5 (value 1); token 1 writes slot 5 (value 2, gate -2) and reads slot 7 (value 3). */
+static void test_hand_worked_chunk(void) {
+    const int32_t k_idx[2] = {5, 5}, q_idx[2] = {5, 7};
+    const float k_val[2] = {1.0f, 2.0f}, q_val[2] = {1.0f, 3.0f}, g[2] = {-1.0f, -2.0f};
+    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
+    d.N = 1;
+    d.C = 2;
+    d.W = 1;
+    d.R = 1;
+    d.num_keys = 8;
+    d.backend = SDM_P1_BACKEND_CPU;
+    d.det_fields = SDM_P1_DET_ALL;
+    d.rec_tile = 1;
+    sdm_p1_plan* plan = NULL;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+    sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
+    const float beta[2] = {0.5f, 0.25f};
+    in.k_idx = k_idx;
+    in.q_idx = q_idx;
+    in.k_val = k_val;
+    in.q_val = q_val;
+    in.g = g;
+    in.beta = beta;
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+    sdm_p1_tensor v[SDM_P1_FIELD_COUNT];
+    sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT);
+#define F(field) ((const float*)v[SDM_P1_FIELD_##field].data)
+#define I(field) ((const int32_t*)v[SDM_P1_FIELD_##field].data)
+#define B(field) ((const int8_t*)v[SDM_P1_FIELD_##field].data)
+    /* sorted row: (t0 write) (t0 read) (t1 write) in slot 5, then (t1 read) in slot 7 */
+    CHECK(F(LOG_K)[0] == -1.0f && F(LOG_K)[1] == -3.0f);
+    CHECK(F(REX)[0] == -2.0f && F(REX)[1] == 0.0f);
+    CHECK(F(LOG_Q)[0] == -1.0f && F(LOG_Q)[1] == 0.0f);
+    CHECK(near_ulps(F(CPE)[0], exp(-3.0), 1) && near_ulps(F(CPE)[1], exp(-3.0), 1));
+    CHECK(near_ulps(F(K_EFF)[0], exp(-1.0), 1) && near_ulps(F(K_EFF)[1], 2.0 * exp(-3.0), 1));
+    CHECK(near_ulps(F(Q_W)[0], exp(-1.0), 1) && F(Q_W)[1] == 3.0f);
+    CHECK(F(A)[0] == 0.0f && near_ulps(F(A)[2], 2.0 * exp(-2.0), 1) && F(A)[1] == 0.0f && F(A)[3] == 0.0f);
+    CHECK(F(QK)[0] == 1.0f && F(QK)[1] == 0.0f && F(QK)[2] == 0.0f && F(QK)[3] == 0.0f);
+    CHECK(B(IS_LAST)[0] == 0 && B(IS_LAST)[1] == 1 && B(IS_ONLY)[0] == 0 && B(IS_ONLY)[1] == 0);
+    CHECK(B(Q_LAST)[0] == 1 && B(Q_ONLY)[0] == 1 && B(Q_LAST)[1] == 1 && B(Q_ONLY)[1] == 1);
+    CHECK(I(POS_K)[0] == (0 | 1 << 17 | 2 << 24) && I(POS_K)[1] == (2 | 2 << 24));
+    CHECK(I(POS_Q)[0] == (1 | 1 << 24) && I(POS_Q)[1] == (3 | 1 << 24));
+    CHECK((uint32_t)I(PAYLOAD)[0] == 0x80000000u && (uint32_t)I(PAYLOAD)[1] == 0x100u);
+    CHECK((uint32_t)I(PAYLOAD)[2] == 0x40000200u && (uint32_t)I(PAYLOAD)[3] == 0x80000300u);
+    CHECK((uint32_t)I(PAYLOAD)[4] == 0x80020000u && (uint32_t)I(PAYLOAD)[15] == 0x80020000u);
+    /* write row: t0 (FIRST, distance 0), t1 (LAST, distance 1); read row: both FIRST | LAST */
+    CHECK((uint32_t)I(SPAY_K)[0] == 0x80000000u && (uint32_t)I(SPAY_K)[1] == (0x200u | 1u << 18 | 1u << 30));
+    CHECK((uint32_t)I(SPAY_Q)[0] == 0xC0000100u && (uint32_t)I(SPAY_Q)[1] == 0xC0000300u);
+    CHECK(I(SPAY_RANK)[0] == 0 && I(SPAY_RANK)[1] == 0x5); /* writes at sorted positions 0 and 2 */
+    CHECK(I(KREC)[1] == 5 && I(KREC)[5] == 5 && I(QREC)[5] == 7 && I(QREC8)[2] == 7);
+    float f;
+    memcpy(&f, &I(KREC)[2], 4);
+    CHECK(near_ulps(f, exp(-2.0), 1)); /* k_val * exp(rex) of t0 */
+    memcpy(&f, &I(KREC)[6], 4);
+    CHECK(f == 2.0f);
+    CHECK(near_ulps(F(KSPA)[0], -0.5 * exp(-1.0), 1) && near_ulps(F(KSPA)[1], -0.25 * 2.0 * exp(-3.0), 1));
+    /* L = 1: every index starts a tile; t1's write continues t0's group */
+    CHECK(I(TILES_K)[0] == 0 && I(TILES_K)[1] == 2 && I(TILES_K)[2] == 2);
+    CHECK(I(SEGB_K)[0] == 0 && I(SEGB_K)[1] == 1 && I(SEGB_K)[2] == 1);
+    CHECK(I(TILES_Q)[0] == 0 && I(TILES_Q)[1] == 1 && I(TILES_Q)[2] == 2);
+    CHECK(I(DC_KPOS)[0] == 0 && I(DC_KPOS)[1] == -1 && I(DC_BPRE)[0] == 0 && I(DC_BPRE)[1] == 1);
+    CHECK(*(const int64_t*)v[SDM_P1_FIELD_REPEATS].data == 0);
+#undef F
+#undef I
+#undef B
+    sdm_p1_plan_destroy(plan);
+}
+
+int main(void) {
+    RUN(test_versions_and_statuses);
+    RUN(test_descriptor_errors);
+    RUN(test_resolved_desc_and_views);
+    RUN(test_execute_errors);
+    RUN(test_allocator_and_output_modes);
+    RUN(test_hand_worked_chunk);
+    return test_summary();
+}
