@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# libsdmp1's one entry point for a fresh machine:
+#   ./run.sh main    install what is missing, build, run the C example on the CPU backend
+#   ./run.sh test    install what is missing, build, run every test (C/C++, Python) and lint
+#   ./run.sh build   install what is missing and build only
+# The build goes to ./build (Meson + Ninja). Set SDMP1_BUILD_DIR to use another folder.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build="${SDMP1_BUILD_DIR:-$root/build}"
+python="${PYTHON:-python3}"
+
+step() { printf '\n== %s\n' "$*"; }
+
+# Debian packages for a compiler toolchain and Ninja, installed only where missing.
+install_system_packages() {
+    local missing=()
+    command -v c++ >/dev/null 2>&1 || missing+=(g++)
+    command -v cc >/dev/null 2>&1 || missing+=(gcc)
+    command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    command -v "$python" >/dev/null 2>&1 || missing+=(python3 python3-pip python3-venv)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "run.sh: missing ${missing[*]}; install them (Debian: apt-get install ${missing[*]})" >&2
+        exit 1
+    fi
+    step "installing Debian packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+}
+
+# Python packages for the build (meson), the binding (numpy, cffi) and the tests.
+install_python_packages() {
+    local missing=()
+    "$python" -c 'import mesonbuild' 2>/dev/null || missing+=("meson>=1.1")
+    "$python" -c 'import numpy' 2>/dev/null || missing+=(numpy)
+    "$python" -c 'import cffi' 2>/dev/null || missing+=(cffi)
+    "$python" -c 'import pycparser' 2>/dev/null || missing+=(pycparser)
+    "$python" -c 'import pytest' 2>/dev/null || missing+=(pytest)
+    "$python" -m ruff --version >/dev/null 2>&1 || missing+=(ruff)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    step "installing Python packages: ${missing[*]}"
+    "$python" -m pip install --quiet --disable-pip-version-check "${missing[@]}"
+}
+
+meson_cmd() { "$python" -m mesonbuild.mesonmain "$@"; }
+
+build() {
+    install_system_packages
+    install_python_packages
+    step "building libsdmp1 in $build"
+    if [ ! -f "$build/build.ninja" ]; then
+        meson_cmd setup "$build" "$root" --buildtype=release
+    fi
+    meson_cmd compile -C "$build"
+}
+
+main_job() {
+    build
+    step "example: examples/phase1_cpu.c on the CPU backend"
+    "$build/examples/phase1_cpu"
+    step "example: examples/phase1_numpy.py through the Python package"
+    SDMP1_LIBRARY="$build/libsdmp1.so" PYTHONPATH="$root/bindings/python" \
+        "$python" "$root/examples/phase1_numpy.py"
+}
+
+test_job() {
+    build
+    step "lint: the public header as C99 with -pedantic -Werror"
+    echo '#include "sdm/phase1.h"' |
+        cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -x c -
+    step "lint: only sdm_p1_* symbols exported"
+    local extra
+    extra=$(nm -D --defined-only "$build/libsdmp1.so" | awk '$2 ~ /[TDBRW]/ {print $3}' | grep -v '^sdm_p1_' || true)
+    if [ -n "$extra" ]; then
+        echo "libsdmp1.so exports symbols outside sdm_p1_*: $extra" >&2
+        exit 1
+    fi
+    step "lint: ruff on the Python code"
+    "$python" -m ruff check --quiet "$root/bindings/python" "$root/examples"
+    step "C/C++ tests (meson test)"
+    meson_cmd test -C "$build" --print-errorlogs
+    step "Python tests (pytest)"
+    SDMP1_LIBRARY="$build/libsdmp1.so" "$python" -m pytest -q "$root/bindings/python/tests"
+}
+
+case "${1:-}" in
+    main) main_job ;;
+    test) test_job ;;
+    build) build ;;
+    *)
+        echo "usage: $0 main|test|build" >&2
+        exit 2
+        ;;
+esac
