@@ -298,20 +298,19 @@ SDM_HD double exp_double(double x) {
     return dmul(p, pow2_double(static_cast<int>(k)));
 }
 
-// exp of a fixed-point log value.
-SDM_HD double exp_fix(Fix x) { return exp_double(fix_to_f64(x)); }
+// exp of a fixed-point log value (exp_double(0) is exactly 1: the shortcut changes no bit).
+SDM_HD double exp_fix(Fix x) { return fix_is_zero(x) ? 1.0 : exp_double(fix_to_f64(x)); }
 
 // ---------------------------------------------------------------------------------------
 // Output values
 
-// v * exp(log), rounded once to float32 (k_eff, q_w and the records' scaled values).
-SDM_HD float scaled_f32(float v, Fix log) {
-    return to_f32(dmul(static_cast<double>(v), exp_fix(log)));
-}
+// v * e with e = exp_fix(log), rounded once to float32 (k_eff, q_w and the records' scaled
+// values).
+SDM_HD float scaled_f32(float v, double e) { return to_f32(dmul(static_cast<double>(v), e)); }
 
-// -beta * v * exp(log) (kspa): -beta * v is exact in double; one rounding at the end.
-SDM_HD float neg_beta_scaled_f32(float beta, float v, Fix log) {
-    return to_f32(dmul(dmul(-static_cast<double>(beta), static_cast<double>(v)), exp_fix(log)));
+// -beta * v * e (kspa, e = exp_fix(log_k)): -beta * v is exact in double; one rounding.
+SDM_HD float neg_beta_scaled_f32(float beta, float v, double e) {
+    return to_f32(dmul(dmul(-static_cast<double>(beta), static_cast<double>(v)), e));
 }
 
 // One term of a cell of a or qk added to its running double sum: v_i * v_j is exact in

@@ -233,13 +233,16 @@ ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const Outpu
             const int32_t slot = valid ? static_cast<int32_t>(static_cast<int64_t>(
                                              s.sort_keys[r] >> kEntryBits) + id_base)
                                        : 0;
+            // exp of the entry's log-cumsum (padding: its log is 0, its value 0).
+            const double e_log = exp_fix(s.log[r]);
             if (!is_q) {
                 const int64_t o_ = cw + t * W + lane;
-                const float cpe_f = valid ? to_f32(exp_fix(fix_add(s.log[r], s.rex[r]))) : 1.0f;
-                const float cpe_stored = store_value(out.cpe, o.bf16, o_, cpe_f);
-                out.log_k[o_] = valid ? fix_to_f32(s.log[r]) : 0.0f;
-                out.rex[o_] = valid ? fix_to_f32(s.rex[r]) : 0.0f;
-                store_value(out.k_eff, o.bf16, o_, valid ? scaled_f32(v, s.log[r]) : 0.0f);
+                // cpe = exp(log + rex): the same argument as e_log when rex is 0.
+                const double e_total = fix_is_zero(s.rex[r]) ? e_log : exp_fix(fix_add(s.log[r], s.rex[r]));
+                const float cpe_stored = store_value(out.cpe, o.bf16, o_, to_f32(e_total));
+                out.log_k[o_] = fix_to_f32(s.log[r]);
+                out.rex[o_] = fix_to_f32(s.rex[r]);
+                store_value(out.k_eff, o.bf16, o_, scaled_f32(v, e_log));
                 const bool last = (p & kLastK) != 0u;
                 if (out.is_last) {
                     out.is_last[o_] = last ? 1 : 0;
@@ -248,12 +251,10 @@ ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const Outpu
                 if (out.pos_k) out.pos_k[o_] = packed;
                 if (out.spay_k) out.spay_k[cw + jk] = elem;
                 if (out.krec) {
-                    put_record4(out.krec, cw + jk, elem, slot, valid ? scaled_f32(v, s.rex[r]) : 0.0f,
-                                valid ? cpe_stored : 1.0f);
+                    put_record4(out.krec, cw + jk, elem, slot, scaled_f32(v, exp_fix(s.rex[r])), cpe_stored);
                 }
                 if (out.kspa) {
-                    out.kspa[cw + jk] =
-                        valid ? neg_beta_scaled_f32(in.beta[c * C + t], v, s.log[r]) : 0.0f;
+                    out.kspa[cw + jk] = valid ? neg_beta_scaled_f32(in.beta[c * C + t], v, e_log) : 0.0f;
                 }
                 // Valid groups started before this entry, counting its own when it started
                 // earlier (then the entry is a valid write that is not its group's first).
@@ -273,8 +274,8 @@ ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const Outpu
                 ++jk;
             } else {
                 const int64_t o_ = cr + t * R + lane;
-                out.log_q[o_] = valid ? fix_to_f32(s.log[r]) : 0.0f;
-                const float qw = valid ? scaled_f32(v, s.log[r]) : 0.0f;
+                out.log_q[o_] = fix_to_f32(s.log[r]);
+                const float qw = scaled_f32(v, e_log);
                 store_value(out.q_w, o.bf16, o_, qw);
                 if (out.pos_q) out.pos_q[o_] = packed;
                 if (out.q_last) {

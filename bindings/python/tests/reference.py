@@ -166,7 +166,7 @@ def _peer_counts(flag: np.ndarray, gs: np.ndarray, ge: np.ndarray):
     return before, after
 
 
-def _chunk(c, k_idx, q_idx, kv, qv, g, beta, P, stream_offset, num_keys, valid_last, L):
+def _chunk(c, k_idx, q_idx, kv, qv, g, beta, P, stream_offset, num_keys, valid_last, L, pairs):
     """All outputs of chunk c (a dict of arrays)."""
     N, C, W = k_idx.shape
     R = q_idx.shape[2]
@@ -370,6 +370,10 @@ def _chunk(c, k_idx, q_idx, kv, qv, g, beta, P, stream_offset, num_keys, valid_l
     out["dc_bpre"] = bp
     out["dc_kpos"] = scatter((C, W), kdst, np.where(kvalid_first, vf_cum[:nk], -1), -1, np.int64)
 
+    out["repeats"] = int(rep.sum())
+    if not pairs:
+        return out
+
     # ---- pair sums
     a = np.zeros(C * C, np.longdouble)
     qk = np.zeros(C * C, np.longdouble)
@@ -404,12 +408,11 @@ def _chunk(c, k_idx, q_idx, kv, qv, g, beta, P, stream_offset, num_keys, valid_l
     out["qk_abs"] = qk_abs.reshape(C, C)
     out["a_cnt"] = a_cnt.reshape(C, C)
     out["qk_cnt"] = qk_cnt.reshape(C, C)
-    out["repeats"] = int(rep.sum())
     return out
 
 
 def phase1(k_idx, q_idx, k_val, q_val, g, *, num_parallel, stream_offset, num_keys, valid_last,
-           beta=None, rec_tile=128):
+           beta=None, rec_tile=128, pairs=True):
     """Every Phase-1 output of all N chunks, computed independently (see the module docstring).
 
     Returns a dict: float fields as float64 truths, integer fields as int64, packed words as
@@ -423,7 +426,8 @@ def phase1(k_idx, q_idx, k_val, q_val, g, *, num_parallel, stream_offset, num_ke
       tiles_k, segb_k [N, ceil(C*W/L)+1]; tiles_q [N, ceil(C*R/L)+1]; dc_bpre [N, ceil(C*W/32)+1]
       repeats (int)
     log_k / log_q / rex are the float32 nearest the exact sums; the others are float64 truths
-    (cpe and k_eff / q_w before any rounding to the value dtype)."""
+    (cpe and k_eff / q_w before any rounding to the value dtype). pairs=False skips a / qk
+    (and their a_abs, a_cnt, ...), whose cost grows with the square of the group sizes."""
     k_idx = np.asarray(k_idx)
     q_idx = np.asarray(q_idx)
     N, C, W = k_idx.shape
@@ -436,7 +440,7 @@ def phase1(k_idx, q_idx, k_val, q_val, g, *, num_parallel, stream_offset, num_ke
         raise ValueError("reference: valid_last must be in 1..C")
     L = int(rec_tile) if rec_tile and rec_tile > 0 else 128
     chunks = [_chunk(c, k_idx, q_idx, kv, qv, g, beta, num_parallel, stream_offset, num_keys,
-                     valid_last, L) for c in range(N)]
+                     valid_last, L, pairs) for c in range(N)]
     out = {}
     for name in chunks[0]:
         if name == "repeats":

@@ -36,7 +36,8 @@ ERR_UNITS = {
     "cpe": "f32 ulp", "k_eff": "f32 ulp", "q_w": "f32 ulp",
     "cpe_bf16": "bf16 ulp", "k_eff_bf16": "bf16 ulp", "q_w_bf16": "bf16 ulp",
     "a": "f32 ulp(ref)", "qk": "f32 ulp(ref)",
-    "a_rel_abs": "2^-24 * sum|terms|", "qk_rel_abs": "2^-24 * sum|terms|",
+    "a_rel_abs": "2^-24 * sum|terms| (sum >= 2^-100)",
+    "qk_rel_abs": "2^-24 * sum|terms| (sum >= 2^-100)",
     "krec_scale": "f32 ulp", "krec_cpe": "f32 ulp", "krec_cpe_bf16": "bf16 ulp",
     "kspa": "f32 ulp", "qrec_scale": "f32 ulp",
 }
@@ -90,6 +91,11 @@ def make_gates(rng, shape, kind):
         return (-rng.uniform(10.0, 20.0, size=shape)).astype(np.float32)
     if kind == "normal":
         return (-rng.uniform(0.0, 0.5, size=shape)).astype(np.float32)
+    if kind == "signed":   # positive gates are legal too (|g| < 2^22)
+        return rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+    if kind == "extreme":  # the largest legal magnitudes next to the smallest exact ones
+        mag = rng.choice([4.0e6, 4194303.5, 20.0, 1.0, 1e-9, 2.0 ** -72, 1.7 * 2.0 ** -60], size=shape)
+        return (-mag * rng.choice([1.0, 0.75, 0.5], size=shape)).astype(np.float32)
     if kind == "mixed":
         pick = rng.integers(0, 6, size=shape)
         vals = np.select(
@@ -127,12 +133,18 @@ def distinct_sample(rng, pop, k):
 
 def make_keys(rng, N, C, W, num_keys, mode, pool):
     """[N, C, W] keys (stream-relative). mode: 'distinct' (per token), 'random' (repeats
-    allowed), 'pool' (distinct per token, drawn from a per-chunk pool of `pool` keys)."""
+    allowed), 'pool' (distinct per token, drawn from a per-chunk pool of `pool` keys), 'top'
+    (likewise from the `pool` highest keys)."""
     if mode == "random":
         return rng.integers(0, num_keys, size=(N, C, W), dtype=np.int64)
     out = np.empty((N, C, W), np.int64)
     for c in range(N):
-        src = distinct_sample(rng, num_keys, max(W, min(pool, num_keys))) if mode == "pool" else None
+        m = max(W, min(pool, num_keys))
+        src = None
+        if mode == "pool":
+            src = distinct_sample(rng, num_keys, m)
+        elif mode == "top":   # the highest keys of the range
+            src = num_keys - 1 - distinct_sample(rng, m, m)
         for t in range(C):
             if src is not None:
                 out[c, t] = src[distinct_sample(rng, src.size, W)]
@@ -255,7 +267,9 @@ def check_pairs(name, lib, want, abs_sum, cnt):
     ulps = err / ref.ulp_f32(want)
     _note(name, ulps.max() if ulps.size else 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(abs_sum > 0, err / (2.0 ** -24 * abs_sum), 0.0)
+        # in units of 2^-24 * sum|terms|, over cells whose terms are in float32's normal range
+        # (below it the 2^-149 floor of the ulp term governs)
+        rel = np.where(abs_sum >= 2.0 ** -100, err / (2.0 ** -24 * abs_sum), 0.0)
     _note(name + "_rel_abs", rel.max() if rel.size else 0)
     tol = PAIR_ULPS * ref.ulp_f32(want) + PAIR_REL * abs_sum
     bad = err > tol
@@ -290,7 +304,7 @@ ALWAYS_ARRAYS = {"is_last", "is_only", "krec", "kspa", "qrec", "tiles_k", "tiles
 
 
 def run_and_compare(case, *, det_fields=None, need_read_groups=True, rec_tile=0, num_threads=None,
-                    use_beta=True):
+                    use_beta=True, pairs=True):
     case = dict(case)
     beta = case.pop("beta") if use_beta else None
     case.pop("beta", None)
@@ -306,7 +320,7 @@ def run_and_compare(case, *, det_fields=None, need_read_groups=True, rec_tile=0,
     want = ref.phase1(case["k_idx"], case["q_idx"], case["k_val"], case["q_val"], case["g"],
                       num_parallel=case["num_parallel"], stream_offset=case["stream_offset"],
                       num_keys=case["num_keys"], valid_last=case["valid_last"], beta=beta,
-                      rec_tile=L)
+                      rec_tile=L, pairs=pairs)
     compare(out, want, rep, case, det_fields, need_read_groups, beta)
     return out, want
 
@@ -325,8 +339,9 @@ def compare(out, want, rep, case, det_fields, rg, beta):
 
     assert int(rep[0]) == 7 + want["repeats"], f"repeats: {int(rep[0]) - 7} != {want['repeats']}"
 
-    check_pairs("a", out.a, want["a"], want["a_abs"], want["a_cnt"])
-    check_pairs("qk", out.qk, want["qk"], want["qk_abs"], want["qk_cnt"])
+    if "a" in want:   # else: the reference skipped the pair sums (huge groups)
+        check_pairs("a", out.a, want["a"], want["a_abs"], want["a_cnt"])
+        check_pairs("qk", out.qk, want["qk"], want["qk_abs"], want["qk_cnt"])
     for name in ("log_k", "log_q", "rex"):
         lib = np.asarray(getattr(out, name))
         assert lib.dtype == np.float32
@@ -397,6 +412,22 @@ def compare(out, want, rep, case, det_fields, rg, beta):
                   note="qrec_scale")
         if req["qrec"]:
             check_exact("qrec8 vs qrec words 1-2", q8, np.asarray(out.qrec)[..., 1:3])
+    # padding entries' record words, bit for bit: krec {element, 0, +0.0f, 1.0f}, kspa +0.0f,
+    # qrec {element, 0, +0.0f, 0}, qrec8 {0, +0.0f}
+    kpad = (_u32(want["krec_elem"]) & ref.INVALID_BIT) != 0
+    qpad = (_u32(want["qrec_elem"]) & ref.INVALID_BIT) != 0
+    if kpad.any():
+        if req["krec"]:
+            check_exact("krec padding words 1-3", np.asarray(out.krec)[kpad][:, 1:],
+                        np.tile([0, 0, 0x3F800000], (int(kpad.sum()), 1)))
+        if req["kspa"]:
+            check_exact("kspa padding", np.asarray(out.kspa)[kpad].view(np.int32), np.zeros(int(kpad.sum())))
+    if qpad.any():
+        if req["qrec"]:
+            check_exact("qrec padding words 1-3", np.asarray(out.qrec)[qpad][:, 1:],
+                        np.zeros((int(qpad.sum()), 3)))
+        if req["qrec8"]:
+            check_exact("qrec8 padding", np.asarray(out.qrec8)[qpad], np.zeros((int(qpad.sum()), 2)))
     for name in ("krec", "kspa", "qrec", "qrec8", "dc_rec"):
         if not req[name]:
             lib = getattr(out, name)
@@ -478,7 +509,7 @@ def test_reference_repeats_hand_worked():
     assert o["rex"][0].tolist() == [[-2, -2], [0, 0]]
     np.testing.assert_allclose(o["a"][0], [[0, 0], [3 * (1 + 2) * e(-2), 0]], rtol=1e-15)
     np.testing.assert_allclose(o["qk"][0], [[1 + 2, 0], [(1 + 2) * e(-2), 3]], rtol=1e-15)
-    assert o["is_last"][0].tolist() == [[0, 0], [1, 1]] and o["is_only"][0].tolist() == [[0, 0], [1, 1]]
+    assert o["is_last"][0].tolist() == [[0, 0], [1, 1]] and o["is_only"][0].tolist() == [[0, 0], [0, 1]]
 
 
 COVER = [
@@ -514,14 +545,36 @@ COVER = [
                                     valid_last=1, kmode="random", gate_kind="mixed"), {}),
     ("streams-3-valid_last-C-1", dict(N=6, P=3, C=64, W=1, R=3, num_keys=32, valid_last=63,
                                       gate_kind="normal", kmode="random", vals="bf16"), {}),
+    ("extreme-gates", dict(N=2, C=64, W=4, R=2, num_keys=6, kmode="random", gate="write",
+                           gate_kind="extreme", val_kind="mixed"), {}),
+    ("signed-gates-bf16", dict(N=2, C=32, W=4, R=4, num_keys=10, kmode="distinct", gate_kind="signed",
+                               vals="bf16"), {}),
+    ("hot-6-C256-W4", dict(N=1, C=256, W=4, R=2, num_keys=6, kmode="distinct", gate_kind="mixed",
+                           val_kind="mixed"), {}),
     ("zero-gates-one-values", dict(N=2, C=64, W=3, R=3, num_keys=8, kmode="random",
                                    gate_kind="zero", val_kind="one"), {}),
     ("no-read-groups", dict(N=2, P=2, C=32, W=8, R=8, num_keys=64, valid_last=20,
                             gate_kind="mixed", kmode="random"), dict(need_read_groups=False)),
     ("no-beta-default-det", dict(N=2, C=32, W=8, R=8, num_keys=64, gate_kind="mixed"),
      dict(use_beta=False)),
+    ("int64-huge-offset-no-records", dict(N=4, P=2, C=16, W=4, R=4, num_keys=1000,
+                                          stream_offset=2 ** 40, idx=np.int64, kmode="random",
+                                          beta=False), {}),
+    ("int64-num_keys-2^32", dict(N=1, C=64, W=8, R=8, num_keys=2 ** 32, idx=np.int64,
+                                 kmode="distinct", qhit=0.5, beta=False), {}),
+    ("int32-top-ids", dict(N=1, C=32, W=4, R=4, num_keys=2 ** 31 - 1, kmode="top", pool=40,
+                           gate_kind="mixed"), {}),
     ("threads-1", dict(N=5, C=16, W=4, R=4, num_keys=32, kmode="random", gate_kind="mixed"),
      dict(num_threads=1)),
+    # big chunks, two streams, bf16, per-write gates, padding
+    ("C256-W64-R64-2streams-bf16", dict(N=2, P=2, C=256, W=64, R=64, num_keys=20000, pool=4096,
+                                        valid_last=200, vals="bf16", gate="write",
+                                        gate_kind="mixed", idx=np.int64), {}),
+    # one slot for everything: 8192 K entries in one group (positions' peer counts saturate at
+    # 127, sorted rows' distances at 4095; 31 repeats per token); pair sums not referenced
+    ("saturation-one-slot", dict(N=1, C=256, W=32, R=4, num_keys=1, kmode="random",
+                                 gate_kind="mixed", val_kind="mixed"), dict(pairs=False)),
+    ("hot-1-C256-W2", dict(N=1, C=256, W=2, R=2, num_keys=1, kmode="random", gate_kind="tiny"), {}),
 ]
 
 
@@ -555,21 +608,23 @@ def test_rec_tile(L):
     run_and_compare(case, det_fields=ALL_BITS, rec_tile=L)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(30))
 def test_random_shapes(seed):
-    """Seeded random shapes, options and data (small)."""
+    """Seeded random shapes, options and data."""
     rng = np.random.default_rng(50 + seed)
-    C = int(rng.choice([1, 2, 7, 16, 33, 64]))
+    C = int(rng.choice([1, 2, 7, 16, 33, 64, 128, 256]))
     W = int(rng.choice([1, 3, 8, 32]))
     R = int(rng.choice([1, 3, 8, 32]))
     P = int(rng.choice([1, 2, 3]))
     N = P * int(rng.integers(1, 3))
     num_keys = int(rng.choice([1, 4, 16, 100, 5000]))
+    # pairs grow as (C W)^2 / num_keys: keep them below ~4e5 per chunk
+    num_keys = max(num_keys, -(-(C * W) ** 2 // 400000))
     kmode = "random" if num_keys < W or rng.random() < 0.4 else str(rng.choice(["pool", "distinct"]))
     case = make_case(seed, N=N, C=C, W=W, R=R, P=P, num_keys=num_keys,
                      valid_last=int(rng.integers(1, C + 1)), idx=[np.int32, np.int64][seed % 2],
                      vals=["f32", "bf16"][(seed // 2) % 2], gate=["token", "write"][seed % 3 == 0],
-                     gate_kind=str(rng.choice(["zero", "tiny", "strong", "normal", "mixed"])),
+                     gate_kind=str(rng.choice(["zero", "tiny", "strong", "normal", "mixed", "signed"])),
                      val_kind=str(rng.choice(["normal", "mixed"])), kmode=kmode)
     run_and_compare(case, det_fields=ALL_BITS, rec_tile=int(rng.choice([1, 3, 32, 128])))
 
@@ -595,3 +650,47 @@ def test_bits_independent_of_threads_and_repeatable():
             x, y = np.asarray(x), np.asarray(y)
             assert x.dtype == y.dtype and x.shape == y.shape, name
             assert x.tobytes() == y.tobytes(), f"{name} differs between thread counts / calls"
+
+
+MUTANTS = ["a", "qk", "log_k", "log_q", "rex", "cpe", "is_last", "is_only", "k_eff", "q_w",
+           "payload", "pos_k", "pos_q", "q_last", "q_only", "spay_k", "spay_q", "spay_rank",
+           "krec", "kspa", "qrec", "tiles_k", "tiles_q", "segb_k", "dc_kpos", "dc_bpre", "qrec8"]
+
+
+@pytest.mark.parametrize("field", MUTANTS)
+@pytest.mark.parametrize("vals", ["f32", "bf16"])
+def test_comparison_has_teeth(field, vals):
+    """One element of one output off by the smallest step (1 ulp, 1 bit, 1 count) must fail."""
+    case = make_case(99, N=2, C=16, W=4, R=4, num_keys=12, kmode="random", gate_kind="normal",
+                     vals=vals, valid_last=11)
+    c = dict(case)
+    beta = c.pop("beta")
+    rep = np.array([7], np.int64)   # compare() expects the counter to start at 7
+    out = p1.phase1_forward(c["k_idx"], c["q_idx"], c["k_val"], c["q_val"], c["g"], rep,
+                            num_parallel=1, stream_offset=0, num_keys=12, valid_last=11,
+                            beta=beta, det_fields=ALL_BITS, rec_tile=4)
+    want = ref.phase1(c["k_idx"], c["q_idx"], c["k_val"], c["q_val"], c["g"], num_parallel=1,
+                      stream_offset=0, num_keys=12, valid_last=11, beta=beta, rec_tile=4)
+    compare(out, want, rep.copy(), c, ALL_BITS, True, beta)   # unmutated: passes
+    arr = np.array(getattr(out, field))
+    flat = arr.reshape(-1)
+    if field in ("a", "qk"):
+        i = int(np.argmax(np.abs(flat)))             # the largest cell, by 8 ulps
+        flat.view(np.int32)[i] += 8
+    elif arr.dtype == np.float32:
+        i = int(np.argmax(np.abs(flat)))
+        flat.view(np.int32)[i] += 1 if field in ("log_k", "log_q", "rex") else 8
+    elif arr.dtype == np.uint16:                      # bf16 bits: 2 bf16 ulps
+        i = int(np.argmax(flat & 0x7FFF))
+        flat[i] += 2
+    elif field in ("krec", "qrec"):
+        flat[2] += 1 << 4                              # the first record's scale word
+    else:
+        flat[len(flat) // 2] ^= 1
+    saved = dict(ERRORS)   # the mutant's errors are not the library's
+    try:
+        with pytest.raises((AssertionError, pytest.fail.Exception)):
+            compare(out._replace(**{field: arr}), want, rep.copy(), c, ALL_BITS, True, beta)
+    finally:
+        ERRORS.clear()
+        ERRORS.update(saved)
