@@ -211,31 +211,24 @@ SDM_HD double pow2_double(int k) {
     return f64_from_bits(static_cast<uint64_t>(k + 1023) << 52);
 }
 
-// The float32 nearest to a fixed-point value (ties to even). 0 gives +0.
-SDM_HD float fix_to_f32(Fix x) {
-    if (fix_is_zero(x)) return 0.0f;
-    const bool neg = fix_is_negative(x);
-    const Fix mag = neg ? fix_neg(x) : x;
-    uint64_t mant;
-    int e;
-    fix_round_magnitude(mag.hi, mag.lo, 24, &mant, &e);
-    // mant < 2^24 and 2^(e - 96) are exact in double; their product is exact too, and it is a
-    // float32 value, so the conversion below does not round.
-    const double v = dmul(static_cast<double>(mant), pow2_double(e - 96));
-    return to_f32(neg ? -v : v);
-}
-
-// The double nearest to a fixed-point value (ties to even).
-SDM_HD double fix_to_f64(Fix x) {
+// A fixed-point value rounded to `bits` (<= 53) significant bits, ties to even, as a double
+// (exact: mant < 2^bits and 2^(e - 96) are exact, so is their product). 0 gives +0.
+SDM_HD double fix_round_to_double(Fix x, int bits) {
     if (fix_is_zero(x)) return 0.0;
     const bool neg = fix_is_negative(x);
     const Fix mag = neg ? fix_neg(x) : x;
     uint64_t mant;
     int e;
-    fix_round_magnitude(mag.hi, mag.lo, 53, &mant, &e);
+    fix_round_magnitude(mag.hi, mag.lo, bits, &mant, &e);
     const double v = dmul(static_cast<double>(mant), pow2_double(e - 96));
     return neg ? -v : v;
 }
+
+// The float32 nearest to a fixed-point value (the conversion of a 24-bit value is exact).
+SDM_HD float fix_to_f32(Fix x) { return to_f32(fix_round_to_double(x, 24)); }
+
+// The double nearest to a fixed-point value.
+SDM_HD double fix_to_f64(Fix x) { return fix_round_to_double(x, 53); }
 
 // A float32 gate in fixed point. Returns false for a gate that is not finite or whose
 // magnitude is 2^kGateMaxExp or more (*out is then 0). Magnitudes below 2^-73 are rounded to

@@ -608,7 +608,7 @@ def test_rec_tile(L):
     run_and_compare(case, det_fields=ALL_BITS, rec_tile=L)
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", range(40))
 def test_random_shapes(seed):
     """Seeded random shapes, options and data."""
     rng = np.random.default_rng(50 + seed)
