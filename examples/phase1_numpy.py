@@ -6,7 +6,6 @@ Run from the source tree after building: PYTHONPATH=bindings/python python3 exam
 """
 
 import numpy as np
-
 import sdm_phase1 as p1
 
 N, C, W, R, P, KEYS, OFFSET = 6, 32, 8, 4, 2, 256, 4096

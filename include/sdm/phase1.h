@@ -381,7 +381,9 @@ typedef struct sdm_p1_inputs {
     /* [N, C, W] / [N, C, R] weights, value dtype. */
     const void* k_val;
     const void* q_val;
-    /* [N, C, gate_width] float32 log-gates: finite, of magnitude below 2^22. */
+    /* [N, C, gate_width] float32 log-gates of the valid tokens: finite, of magnitude below
+     * 2^22. Each is held exactly as a multiple of 2^-96, so gates of magnitude 2^-73 and more
+     * are exact and smaller ones are rounded (an error below 2^-97 each). */
     const float* g;
     /* [N, C] float32; needed (non-NULL) when det_fields has DET_KSPA, else ignored. */
     const float* beta;

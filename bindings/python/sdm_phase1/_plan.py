@@ -212,10 +212,12 @@ class Plan:
     def _run(self, x: HostInputs, repeats) -> Phase1:
         if repeats is not None:
             if not isinstance(repeats, np.ndarray) or repeats.dtype != np.int64 or repeats.size != 1:
+                got = type(repeats).__name__
+                if isinstance(repeats, np.ndarray):
+                    got += f" of dtype {repeats.dtype} and shape {repeats.shape}"
                 raise ValueError(
                     "repeats must be None or a NumPy int64 array of shape [1] (updated in place), "
-                    f"got {type(repeats).__name__}"
-                    + (f" of dtype {repeats.dtype} and shape {repeats.shape}" if isinstance(repeats, np.ndarray) else "")
+                    f"got {got}"
                 )
             if not repeats.flags.writeable:
                 raise ValueError("repeats must be writeable (it is incremented in place)")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import sdm_phase1 as p1
 from sdm_phase1 import _library
 

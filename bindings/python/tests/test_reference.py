@@ -19,7 +19,6 @@ import os
 
 import numpy as np
 import pytest
-
 import reference as ref
 
 p1 = pytest.importorskip("sdm_phase1")
