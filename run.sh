@@ -83,6 +83,28 @@ test_job() {
     meson_cmd test -C "$build" --print-errorlogs
     step "Python tests (pytest)"
     SDMP1_LIBRARY="$build/libsdmp1.so" "$python" -m pytest -q "$root/bindings/python/tests"
+    if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
+        sanitized_tests
+    fi
+}
+
+# The same tests against a build with AddressSanitizer and UndefinedBehaviorSanitizer: no
+# out-of-bounds access, leak or undefined behaviour on any path the tests take.
+sanitized_tests() {
+    local san="$build-sanitize"
+    step "C/C++ and Python tests under ASan + UBSan (SDMP1_SANITIZE=0 skips)"
+    if [ ! -f "$san/build.ninja" ]; then
+        meson_cmd setup "$san" "$root" --buildtype=debugoptimized \
+            -Db_sanitize=address,undefined -Db_lundef=false
+    fi
+    meson_cmd compile -C "$san"
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson_cmd test -C "$san" --print-errorlogs
+    # Python itself is not instrumented: preload the runtimes, and leave leak checks to the
+    # C tests above (the interpreter keeps memory until exit).
+    LD_PRELOAD="$(cc -print-file-name=libasan.so):$(cc -print-file-name=libubsan.so)" \
+        ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        SDMP1_LIBRARY="$san/libsdmp1.so" "$python" -m pytest -q -p no:cacheprovider \
+        "$root/bindings/python/tests"
 }
 
 case "${1:-}" in

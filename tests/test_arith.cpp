@@ -31,11 +31,11 @@ bool exact_fixed(double d, i128* out) {
     const auto mant = static_cast<int64_t>(std::ldexp(m, 53));     // exact
     const int shift = e - 53 + 96;
     if (shift >= 0) {
-        *out = static_cast<i128>(mant) << shift;
+        *out = static_cast<i128>(mant) * (static_cast<i128>(1) << shift);
         return true;
     }
     if (mant % (int64_t{1} << -shift) != 0) return false;
-    *out = static_cast<i128>(mant) >> -shift;
+    *out = static_cast<i128>(mant) / (static_cast<i128>(1) << -shift);   // exact
     return true;
 }
 
@@ -103,7 +103,7 @@ void test_fix_integer_ops() {
     std::mt19937_64 rng(2);
     int same = 1;
     for (int i = 0; i < 100000; ++i) {
-        const i128 a = static_cast<i128>(static_cast<int64_t>(rng())) << (rng() % 62);
+        const i128 a = static_cast<i128>(static_cast<int64_t>(rng())) * (static_cast<i128>(1) << (rng() % 62));
         const i128 b = static_cast<i128>(static_cast<int64_t>(rng())) * static_cast<int64_t>(rng() >> 40);
         same &= to_i128(fix_add(from_i128(a), from_i128(b))) == a + b;
         same &= to_i128(fix_sub(from_i128(a), from_i128(b))) == a - b;

@@ -170,6 +170,11 @@ void test_first_bad_chunk_reported() {
         CHECK(run(p, threads, &error).empty());
         CHECK_MSG(error.find("k_idx[3, 2, 0] = -1") != std::string::npos, error.c_str());
     }
+    p.k_idx[(1 * p.desc.C + 0) * p.desc.W] = INT64_MIN;   // chunk 1 (stream 1, ids from 1000)
+    std::string lowest;
+    CHECK(run(p, 2, &lowest).empty());
+    CHECK_MSG(lowest.find("k_idx[1, 0, 0] = -9223372036854775808") != std::string::npos, lowest.c_str());
+    p.k_idx[(1 * p.desc.C + 0) * p.desc.W] = 1000;
     p.k_idx[(3 * p.desc.C + 2) * p.desc.W] = 3;   // chunk 3 is stream 0: [0, 24)
     std::string error;
     CHECK(run(p, 3, &error).empty());

@@ -71,12 +71,12 @@ InputError load_keys(const Options& o, const sdm_p1_inputs& in, int64_t chunk, i
             const int lane = is_q ? j - W : j;
             const int64_t id = is_q ? load_id(in.q_idx, o.idx64, tok * R + lane)
                                     : load_id(in.k_idx, o.idx64, tok * W + lane);
-            const int64_t key = id - id_base;   // no overflow: both within int64 by the plan
-            if (id < id_base || key >= o.num_keys) {
+            // id - id_base only once id >= id_base: it cannot overflow then.
+            if (id < id_base || id - id_base >= o.num_keys) {
                 err = InputError{true, false, t, lane, is_q, id, 0.0f};
                 return err;
             }
-            sort_keys[e] = static_cast<uint64_t>(key) << kEntryBits | e;
+            sort_keys[e] = static_cast<uint64_t>(id - id_base) << kEntryBits | e;
         }
         if (!valid) continue;
         for (int lane = 0; lane < o.gate_width; ++lane) {
