@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import reference as ref
+from error_report import merge_error_report
 
 p1 = pytest.importorskip("sdm_phase1")
 
@@ -36,21 +37,8 @@ def _summary():
         print("\n[test_recurrence] largest error relative to the magnitude:")
         for k, v in sorted(WORST.items()):
             print(f"  {k:20s} {v:.3g}")
-        import json
-        import os
-        path = os.environ.get("SDMP1_ERROR_REPORT")
-        if path:
-            data = {}
-            if os.path.exists(path):
-                try:
-                    with open(path, encoding="utf-8") as f:
-                        data = json.load(f)
-                except (OSError, ValueError):
-                    data = {}
-            data["test_recurrence"] = {k: {"max_error": v, "unit": "max|err| / max|ref|"}
-                                       for k, v in sorted(WORST.items())}
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=2, sort_keys=True)
+        merge_error_report("test_recurrence", {k: {"max_error": v, "unit": "max|err| / max|ref|"}
+                                               for k, v in sorted(WORST.items())})
 
 
 def make_inputs(seed, *, P, steps, C, W, R, D, num_keys, valid_last, gate, gate_kind, vals,

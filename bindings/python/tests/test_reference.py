@@ -13,13 +13,12 @@ as JSON to the file named by SDMP1_ERROR_REPORT, if set.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 
 import numpy as np
 import pytest
 import reference as ref
+from error_report import merge_error_report
 
 p1 = pytest.importorskip("sdm_phase1")
 
@@ -55,20 +54,10 @@ def write_error_report(extra: dict | None = None):
     print("\n[test_reference] largest error per float field over %d library calls:" % CASES_RUN[0])
     for k, v in summary.items():
         print(f"  {k:16s} {v['max_error']:.4g} {v['unit']}")
-    path = os.environ.get("SDMP1_ERROR_REPORT")
-    if path:
-        data = {}
-        if os.path.exists(path):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    data = json.load(f)
-            except (OSError, ValueError):
-                data = {}
-        data["test_reference"] = {"library_calls": CASES_RUN[0], "fields": summary}
-        if extra:
-            data.update(extra)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
+    report = {"test_reference": {"library_calls": CASES_RUN[0], "fields": summary}}
+    report.update(extra or {})
+    for section, payload in report.items():
+        merge_error_report(section, payload)
 
 
 @pytest.fixture(scope="module", autouse=True)
