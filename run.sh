@@ -20,6 +20,9 @@ install_system_packages() {
     command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     command -v "$python" >/dev/null 2>&1 || missing+=(python3 python3-pip python3-venv)
+    if command -v "$python" >/dev/null 2>&1 && ! "$python" -c 'import ensurepip' 2>/dev/null; then
+        missing+=(python3-venv)   # Debian splits venv (and its pip) from python3
+    fi
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
         echo "run.sh: missing ${missing[*]}; install them (Debian: apt-get install ${missing[*]})" >&2
@@ -30,8 +33,24 @@ install_system_packages() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 }
 
+# A Python that pip may install into: the given one, or a virtual environment in ./.venv
+# where the given one is managed by the system (PEP 668) or has no pip.
+choose_python() {
+    local managed
+    managed=$("$python" -c 'import os, sysconfig; print(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))')
+    if [ "$managed" = False ] && "$python" -m pip --version >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ ! -x "$root/.venv/bin/python" ]; then
+        step "creating the virtual environment $root/.venv"
+        "$python" -m venv "$root/.venv"
+    fi
+    python="$root/.venv/bin/python"
+}
+
 # Python packages for the build (meson), the binding (numpy, cffi) and the tests.
 install_python_packages() {
+    choose_python
     local missing=()
     "$python" -c 'import mesonbuild' 2>/dev/null || missing+=("meson>=1.1")
     "$python" -c 'import numpy' 2>/dev/null || missing+=(numpy)
