@@ -57,6 +57,7 @@ install_python_packages() {
     "$python" -c 'import cffi' 2>/dev/null || missing+=(cffi)
     "$python" -c 'import pycparser' 2>/dev/null || missing+=(pycparser)
     "$python" -c 'import pytest' 2>/dev/null || missing+=(pytest)
+    "$python" -c 'import ml_dtypes' 2>/dev/null || missing+=(ml_dtypes)   # the bfloat16 dtype test
     "$python" -m ruff --version >/dev/null 2>&1 || missing+=(ruff)
     [ ${#missing[@]} -eq 0 ] && return 0
     step "installing Python packages: ${missing[*]}"

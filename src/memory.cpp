@@ -1,5 +1,6 @@
 #include "memory.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <utility>
 
@@ -27,7 +28,9 @@ sdm_p1_allocator default_allocator(sdm_p1_backend backend) {
     return sdm_p1_allocator{nullptr, host_alloc, host_free};
 }
 
-Block::Block(const sdm_p1_allocator& allocator, size_t bytes) : allocator_(allocator) {
+size_t required_alignment(sdm_p1_backend backend) { return backend == SDM_P1_BACKEND_CUDA ? 256 : 16; }
+
+Block::Block(const sdm_p1_allocator& allocator, size_t bytes, size_t align) : allocator_(allocator) {
     if (bytes == 0) return;
     void* p = nullptr;
     if (allocator_.alloc(allocator_.ctx, &p, bytes, nullptr) != 0 || p == nullptr) {
@@ -36,6 +39,11 @@ Block::Block(const sdm_p1_allocator& allocator, size_t bytes) : allocator_(alloc
     }
     data_ = p;
     bytes_ = bytes;
+    if (reinterpret_cast<uintptr_t>(p) % align != 0u) {
+        release();   // the block goes back to the allocator before the error leaves
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_create: the allocator returned a block "
+             "that is not aligned to ", align, " bytes");
+    }
 }
 
 Block::~Block() { release(); }

@@ -12,7 +12,9 @@ namespace sdm_p1 {
 class Block {
 public:
     Block() = default;
-    Block(const sdm_p1_allocator& allocator, size_t bytes);   // throws OUT_OF_MEMORY
+    // Throws OUT_OF_MEMORY when the allocator fails, INVALID_ARGUMENT when its block is not
+    // aligned to `align` bytes.
+    Block(const sdm_p1_allocator& allocator, size_t bytes, size_t align);
     ~Block();
     Block(Block&& other) noexcept;
     Block& operator=(Block&& other) noexcept;
@@ -32,6 +34,9 @@ private:
 
 // The default allocator of a backend (aligned host memory for the CPU).
 sdm_p1_allocator default_allocator(sdm_p1_backend backend);
+
+// The alignment a backend needs of every block (the header documents it).
+size_t required_alignment(sdm_p1_backend backend);
 
 }  // namespace sdm_p1
 

@@ -35,11 +35,12 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     Options& o = plan->options;
     if (o.allocator.alloc == nullptr) o.allocator = default_allocator(o.backend);
     plan->views = describe_outputs(o);
-    plan->workspace = Block(o.allocator, workspace_bytes(o));
+    const size_t align = required_alignment(o.backend);
+    plan->workspace = Block(o.allocator, workspace_bytes(o), align);
     if (o.output_mode == SDM_P1_OUTPUTS_PLAN) {
         size_t total = 0;
         for (const sdm_p1_tensor& v : plan->views) total += align_up(v.bytes);
-        plan->outputs = Block(o.allocator, total);
+        plan->outputs = Block(o.allocator, total, align);
         char* p = static_cast<char*>(plan->outputs.data());
         for (sdm_p1_tensor& v : plan->views) {
             if (!v.requested) continue;

@@ -83,14 +83,16 @@ typedef struct Counter {
     int calls;
     size_t bytes;
     int fail;
+    int misalign; /* hand out blocks 8 bytes past malloc's */
 } Counter;
 
 static int counting_alloc(void* ctx, void** ptr, size_t bytes, void* stream) {
     Counter* c = (Counter*)ctx;
     (void)stream;
     if (c->fail) return 1;
-    *ptr = malloc(bytes);
-    if (*ptr == NULL) return 1;
+    char* p = (char*)malloc(bytes + 8);
+    if (p == NULL) return 1;
+    *ptr = p + (c->misalign ? 8 : 0);
     ++c->live;
     ++c->calls;
     c->bytes += bytes;
@@ -102,7 +104,7 @@ static void counting_free(void* ctx, void* ptr, size_t bytes, void* stream) {
     (void)bytes;
     (void)stream;
     --c->live;
-    free(ptr);
+    free((char*)ptr - (c->misalign ? 8 : 0));
 }
 
 static void test_versions_and_statuses(void) {
@@ -308,7 +310,7 @@ static void test_allocator_and_output_modes(void) {
     static Problem p;
     fill_problem(&p);
     const sdm_p1_inputs in = problem_inputs(&p);
-    Counter counter = {0, 0, 0, 0};
+    Counter counter = {0, 0, 0, 0, 0};
     sdm_p1_desc d = problem_desc();
     d.det_fields = SDM_P1_DET_ALL;
     d.allocator.ctx = &counter;
@@ -348,6 +350,11 @@ static void test_allocator_and_output_modes(void) {
     sdm_p1_plan_destroy(plan);
     CHECK(counter.live == 0);
 
+    counter.misalign = 1;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_ERROR_INVALID_ARGUMENT && plan == NULL);
+    CHECK(strstr(sdm_p1_last_error(), "not aligned to 16 bytes") != NULL);
+    CHECK(counter.live == 0);
+    counter.misalign = 0;
     counter.fail = 1;
     plan = NULL;
     CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_ERROR_OUT_OF_MEMORY && plan == NULL);

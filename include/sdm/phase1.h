@@ -145,8 +145,8 @@ typedef enum sdm_p1_backend {
 /* Memory for a plan's outputs and workspace. For the CPU backend it must return host memory,
  * for CUDA device memory of the plan's device, usable on `stream` (stream-ordered allocators
  * such as a framework's caching allocator fit). Blocks must be aligned to 256 bytes (CUDA) or
- * 64 bytes (CPU). All three members NULL: the library's default (aligned host allocation, or
- * cudaMallocAsync). The plan calls alloc only in sdm_p1_plan_create and free only in
+ * 16 bytes (CPU, as malloc's are); a block that is not fails the plan's creation. alloc and
+ * free NULL: the library's default (64-byte aligned host memory, or cudaMallocAsync). The plan calls alloc only in sdm_p1_plan_create and free only in
  * sdm_p1_plan_destroy, with the stream NULL (the default stream); never during execute. */
 typedef struct sdm_p1_allocator {
     /* Passed back to alloc and free as is. */

@@ -29,7 +29,7 @@ struct ChunkScratch {
     double* row_sums;      // 2 * C: one row of a, then of qk
 
     static size_t bytes(const Options& opt);
-    // Lays the arrays out from `base` (64-byte aligned, bytes(opt) long).
+    // Lays the arrays out from `base` (16-byte aligned, bytes(opt) long).
     void bind(void* base, const Options& opt);
 };
 
