@@ -99,6 +99,16 @@ test_job() {
     fi
     step "lint: ruff on the Python code"
     "$python" -m ruff check --quiet "$root/bindings/python" "$root/examples"
+    step "install: meson install, then the C example built against the installed sdmp1.pc"
+    local stage pcdir
+    stage=$(mktemp -d)
+    meson_cmd install -C "$build" --destdir "$stage" --quiet
+    pcdir=$(dirname "$(find "$stage" -name sdmp1.pc | head -1)")
+    # shellcheck disable=SC2046  # the flags are separate words
+    cc -std=c99 "$root/examples/phase1_cpu.c" -o "$stage/phase1_cpu" \
+        $(PKG_CONFIG_PATH="$pcdir" PKG_CONFIG_SYSROOT_DIR="$stage" pkg-config --cflags --libs sdmp1)
+    LD_LIBRARY_PATH=$(dirname "$(find "$stage" -name 'libsdmp1.so.1' | head -1)") "$stage/phase1_cpu" >/dev/null
+    rm -rf "$stage"
     step "C/C++ tests (meson test)"
     meson_cmd test -C "$build" --print-errorlogs
     step "Python tests (pytest)"
