@@ -399,8 +399,10 @@ typedef struct sdm_p1_inputs {
  *   bytes, each unrequested field is ignored. In SDM_P1_OUTPUTS_PLAN mode a NULL element
  *   falls back to the plan's buffer of that field.
  * stream: the CUDA stream (cudaStream_t) to run on; NULL: the default stream. The CUDA
- *   backend does not synchronize and does not allocate. The CPU backend ignores it and
- *   returns when the outputs are complete.
+ *   backend does not synchronize and does not allocate. The CPU backend ignores it, runs
+ *   the chunks on the calling thread and num_threads - 1 worker threads it starts and joins
+ *   within the call (their scratch is the plan's workspace), and returns when the outputs are
+ *   complete.
  * The CPU backend reports bad input data (ids out of range, bad gates) as
  * SDM_P1_ERROR_INVALID_INPUT with the first offending chunk, token and lane. */
 SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
