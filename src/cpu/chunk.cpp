@@ -51,10 +51,10 @@ void put_record4(int32_t* rec, int64_t j, int32_t w0, int32_t w1, float w2, floa
     r[3] = static_cast<int32_t>(f32_bits(w3));
 }
 
-// Reads and checks the chunk's ids and gates; fills the sort keys. Entry e = t * (W + R) + j
-// is write lane j (j < W) or read lane j - W of token t.
+// Reads and checks the chunk's ids and gates; fills the sort keys and the fixed-point gates.
+// Entry e = t * (W + R) + j is write lane j (j < W) or read lane j - W of token t.
 InputError load_keys(const Options& o, const sdm_p1_inputs& in, int64_t chunk, int t_valid,
-                     uint64_t* sort_keys) {
+                     uint64_t* sort_keys, Fix* gates) {
     const int W = o.W, R = o.R, WR = W + R;
     const int64_t id_base = (chunk % o.P) * o.stream_offset;
     InputError err{};
@@ -81,8 +81,7 @@ InputError load_keys(const Options& o, const sdm_p1_inputs& in, int64_t chunk, i
         if (!valid) continue;
         for (int lane = 0; lane < o.gate_width; ++lane) {
             const float g = in.g[tok * o.gate_width + lane];
-            Fix unused = fix_zero();
-            if (!gate_to_fix(g, &unused)) {
+            if (!gate_to_fix(g, &gates[t * o.gate_width + lane])) {
                 err = InputError{true, true, t, lane, false, 0, g};
                 return err;
             }
@@ -98,6 +97,7 @@ size_t ChunkScratch::bytes(const Options& o) {
     return align64(n * sizeof(uint64_t)) + align64(n * sizeof(uint32_t)) +
            2 * align64(n * sizeof(Fix)) + 3 * align64(n * sizeof(uint32_t)) +
            2 * align64(n * sizeof(int32_t)) + align64(n * sizeof(float)) +
+           align64(static_cast<size_t>(o.C) * o.gate_width * sizeof(Fix)) +
            align64(2 * static_cast<size_t>(o.C) * sizeof(double));
 }
 
@@ -114,6 +114,7 @@ void ChunkScratch::bind(void* base, const Options& o) {
     head = take<int32_t>(p, n);
     position = take<int32_t>(p, n);
     value = take<float>(p, n);
+    gate = take<Fix>(p, static_cast<size_t>(o.C) * o.gate_width);
     row_sums = take<double>(p, 2 * static_cast<size_t>(o.C));
 }
 
@@ -127,7 +128,7 @@ ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const Outpu
     const int64_t cw = c * nk, cr = c * nq;
     ChunkResult result{};
 
-    result.error = load_keys(o, in, c, t_valid, s.sort_keys);
+    result.error = load_keys(o, in, c, t_valid, s.sort_keys, s.gate);
     if (result.error.found) return result;
     // The entries' (key, entry) pairs are distinct, so this sort is the stable sort by slot.
     std::sort(s.sort_keys, s.sort_keys + n);
@@ -178,10 +179,8 @@ ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const Outpu
                 if (repeat) {
                     ++result.repeats;
                 } else {
-                    const int lane = static_cast<int>(p & kLaneMask);
-                    Fix x = fix_zero();   // gates were checked by load_keys
-                    gate_to_fix(in.g[(c * C + t) * o.gate_width + (o.gate_width == 1 ? 0 : lane)], &x);
-                    run = fix_add(run, x);
+                    const int lane = o.gate_width == 1 ? 0 : static_cast<int>(p & kLaneMask);
+                    run = fix_add(run, s.gate[t * o.gate_width + lane]);
                 }
             }
             s.log[r] = run;

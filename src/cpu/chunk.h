@@ -26,6 +26,7 @@ struct ChunkScratch {
     int32_t* head;         // sorted position of its group's first entry
     int32_t* position;     // by entry: its sorted position
     float* value;          // its k_val / q_val as float (0 for padding)
+    Fix* gate;             // C * gate_width: the chunk's gates in fixed point (valid tokens)
     double* row_sums;      // 2 * C: one row of a, then of qk
 
     static size_t bytes(const Options& opt);
