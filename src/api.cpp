@@ -40,7 +40,7 @@ extern "C" {
 
 unsigned sdm_p1_version_number(void) { return SDM_P1_VERSION_NUMBER; }
 
-const char* sdm_p1_version_string(void) { return "1.0.0"; }
+const char* sdm_p1_version_string(void) { return "1.1.0"; }
 
 const char* sdm_p1_status_string(sdm_p1_status status) {
     switch (status) {

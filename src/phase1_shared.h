@@ -316,6 +316,167 @@ SDM_HD double pair_term_add(double sum, float v_i, float v_j, Fix log_i, Fix log
     return dfma(prod, exp_fix(fix_sub(log_i, log_j)), sum);
 }
 
+// ---------------------------------------------------------------------------------------
+// Element access (inputs and value-typed outputs)
+
+SDM_HD int64_t load_id(const void* ids, bool idx64, int64_t i) {
+    return idx64 ? static_cast<const int64_t*>(ids)[i]
+                 : static_cast<int64_t>(static_cast<const int32_t*>(ids)[i]);
+}
+
+SDM_HD float load_value(const void* vals, bool bf16, int64_t i) {
+    return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(vals)[i])
+                : static_cast<const float*>(vals)[i];
+}
+
+// Stores a float32 result in the value dtype; returns the stored value widened to float.
+SDM_HD float store_value(void* vals, bool bf16, int64_t i, float v) {
+    if (bf16) {
+        const uint16_t b = bf16_from_f32(v);
+        static_cast<uint16_t*>(vals)[i] = b;
+        return bf16_to_f32(b);
+    }
+    static_cast<float*>(vals)[i] = v;
+    return v;
+}
+
+// A 4-word record (krec, qrec): two int32 words, then two floats' bits.
+SDM_HD void put_record4(int32_t* rec, int64_t j, int32_t w0, int32_t w1, float w2, float w3) {
+    int32_t* r = rec + 4 * j;
+    r[0] = w0;
+    r[1] = w1;
+    r[2] = static_cast<int32_t>(f32_bits(w2));
+    r[3] = static_cast<int32_t>(f32_bits(w3));
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-entry outputs. Both backends find, for every sorted entry of a chunk, the facts below
+// (by a sequential walk on the CPU, by block-wide scans on the GPU) and hand them to
+// write_entry_outputs, which alone decides every bit of the per-entry fields, the sorted
+// rows, the records and the tile indices. `Out` is the backend's struct of output pointers
+// (null: not requested), with the field names of sdm_p1_field.
+
+// Constants of one chunk.
+struct ChunkFacts {
+    int64_t c;            // chunk index
+    int C, W, R;
+    int L;                // rec_tile
+    int64_t id_base;      // first slot id of the chunk's stream
+    bool bf16;            // value dtype
+    const float* beta;    // [N, C] (kspa), or null when not requested
+};
+
+// One entry at sorted position r.
+struct EntryFacts {
+    uint32_t r;
+    uint32_t payload;        // its payload word, head bit set, LastK bit not
+    uint32_t before, after;  // peers (valid entries of its kind) before / after it in its group
+    Fix log;                 // inclusive log-cumsum of its group at r
+    Fix rex;                 // sum of the group's gates after r
+    float value;             // k_val / q_val (0 for padding)
+    int64_t slot_key;        // slot id - id_base (valid entries)
+    uint32_t row_index;      // its index in the write (K) or read (Q) row
+    int32_t groups_before;   // K entries: valid groups started before it (see below)
+};
+
+// groups_before of a K entry: the valid slot groups whose first K entry lies before it in the
+// sorted row (for a valid K entry that is not its group's first, its own group counts).
+
+template <typename Out>
+SDM_HD void write_entry_outputs(const Out& out, const ChunkFacts& f, const EntryFacts& e) {
+    const uint32_t p = e.payload;
+    const bool valid = !(p & kInvalid);
+    const bool is_q = (p & kIsQ) != 0u;
+    const int t = static_cast<int>((p >> kTokenShift) & kTokenMask);
+    const int lane = static_cast<int>(p & kLaneMask);
+    const int32_t packed = pack_position(e.r, e.before, e.after, valid);
+    const int32_t elem = sorted_element(p, e.before, e.after, valid);
+    const bool first = (static_cast<uint32_t>(elem) & kSortedFirst) != 0u;
+    const int32_t slot = valid ? static_cast<int32_t>(e.slot_key + f.id_base) : 0;
+    const uint32_t L = static_cast<uint32_t>(f.L);
+    const int64_t j = e.row_index;
+    // exp of the entry's log-cumsum (padding: its log is 0, its value 0).
+    const double e_log = exp_fix(e.log);
+    if (!is_q) {
+        const int nk = f.C * f.W, ntk = (nk + f.L - 1) / f.L, nwk = (nk + 31) / 32;
+        const int64_t cw = f.c * nk;
+        const int64_t o = cw + t * f.W + lane;
+        // cpe = exp(log + rex): the same argument as e_log when rex is 0.
+        const double e_total = fix_is_zero(e.rex) ? e_log : exp_fix(fix_add(e.log, e.rex));
+        const float cpe_stored = store_value(out.cpe, f.bf16, o, to_f32(e_total));
+        out.log_k[o] = fix_to_f32(e.log);
+        out.rex[o] = fix_to_f32(e.rex);
+        store_value(out.k_eff, f.bf16, o, scaled_f32(e.value, e_log));
+        const bool last = valid && e.after == 0u;
+        if (out.is_last) {
+            out.is_last[o] = last ? 1 : 0;
+            out.is_only[o] = (last && e.before == 0u) ? 1 : 0;
+        }
+        if (out.pos_k) out.pos_k[o] = packed;
+        if (out.spay_k) out.spay_k[cw + j] = elem;
+        if (out.krec) {
+            put_record4(out.krec, cw + j, elem, slot, scaled_f32(e.value, exp_fix(e.rex)), cpe_stored);
+        }
+        if (out.kspa) {
+            out.kspa[cw + j] = valid ? neg_beta_scaled_f32(f.beta[f.c * f.C + t], e.value, e_log) : 0.0f;
+        }
+        if (j % L == 0u) {
+            const int64_t tile = f.c * (ntk + 1) + static_cast<int64_t>(j / L);
+            if (out.tiles_k) {
+                const int64_t next = j + e.after + 1u;
+                out.tiles_k[tile] = first ? static_cast<int32_t>(j) : static_cast<int32_t>(next < nk ? next : nk);
+            }
+            if (out.segb_k) out.segb_k[tile] = e.groups_before;
+        }
+        if (out.dc_kpos) out.dc_kpos[o] = (valid && e.before == 0u) ? e.groups_before : -1;
+        if (out.dc_bpre && j % 32u == 0u) out.dc_bpre[f.c * (nwk + 1) + j / 32u] = e.groups_before;
+    } else {
+        const int nq = f.C * f.R, ntq = (nq + f.L - 1) / f.L;
+        const int64_t cr = f.c * nq;
+        const int64_t o = cr + t * f.R + lane;
+        out.log_q[o] = fix_to_f32(e.log);
+        const float qw = scaled_f32(e.value, e_log);
+        store_value(out.q_w, f.bf16, o, qw);
+        if (out.pos_q) out.pos_q[o] = packed;
+        if (out.q_last) {
+            const bool last = valid && e.after == 0u;
+            out.q_last[o] = last ? 1 : 0;
+            out.q_only[o] = (last && e.before == 0u) ? 1 : 0;
+        }
+        if (out.spay_q) out.spay_q[cr + j] = elem;
+        if (out.qrec) put_record4(out.qrec, cr + j, elem, slot, qw, 0.0f);
+        if (out.qrec8) {
+            out.qrec8[2 * (cr + j)] = slot;
+            out.qrec8[2 * (cr + j) + 1] = static_cast<int32_t>(f32_bits(qw));
+        }
+        if (out.tiles_q && j % L == 0u) {
+            const int64_t next = j + e.after + 1u;
+            out.tiles_q[f.c * (ntq + 1) + static_cast<int64_t>(j / L)] =
+                first ? static_cast<int32_t>(j) : static_cast<int32_t>(next < nq ? next : nq);
+        }
+    }
+}
+
+// The last element of each tile index of a chunk, once its valid groups are counted.
+template <typename Out>
+SDM_HD void write_chunk_tails(const Out& out, const ChunkFacts& f, int32_t valid_groups) {
+    const int nk = f.C * f.W, nq = f.C * f.R;
+    const int ntk = (nk + f.L - 1) / f.L, ntq = (nq + f.L - 1) / f.L, nwk = (nk + 31) / 32;
+    if (out.tiles_k) out.tiles_k[f.c * (ntk + 1) + ntk] = nk;
+    if (out.segb_k) out.segb_k[f.c * (ntk + 1) + ntk] = valid_groups;
+    if (out.tiles_q) out.tiles_q[f.c * (ntq + 1) + ntq] = nq;
+    if (out.dc_bpre) out.dc_bpre[f.c * (nwk + 1) + nwk] = valid_groups;
+}
+
+// One element of spay_rank: the write entries before 32-position block b of chunk c's sorted
+// row, and the bit mask of the write entries in it.
+template <typename Out>
+SDM_HD void write_rank(const Out& out, int64_t c, int blocks, int b, int32_t writes_before, uint32_t mask) {
+    int32_t* w = out.spay_rank + 2 * (c * blocks + b);
+    w[0] = writes_before;
+    w[1] = static_cast<int32_t>(mask);
+}
+
 }  // namespace sdm_p1
 
 #endif  // SDM_P1_PHASE1_SHARED_H

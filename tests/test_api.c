@@ -109,7 +109,7 @@ static void counting_free(void* ctx, void* ptr, size_t bytes, void* stream) {
 
 static void test_versions_and_statuses(void) {
     CHECK(sdm_p1_version_number() == SDM_P1_VERSION_NUMBER);
-    CHECK(strcmp(sdm_p1_version_string(), "1.0.0") == 0);
+    CHECK(strcmp(sdm_p1_version_string(), "1.1.0") == 0);
     CHECK(strcmp(sdm_p1_status_string(SDM_P1_SUCCESS), "SDM_P1_SUCCESS") == 0);
     CHECK(strcmp(sdm_p1_status_string(SDM_P1_ERROR_INVALID_INPUT), "SDM_P1_ERROR_INVALID_INPUT") == 0);
     CHECK(strcmp(sdm_p1_status_string((sdm_p1_status)99), "SDM_P1_UNKNOWN_STATUS") == 0);

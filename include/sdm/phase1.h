@@ -57,15 +57,15 @@ extern "C" {
 
 /* The version of this header. The soname is libsdmp1.so.<major>; minor releases only add. */
 #define SDM_P1_VERSION_MAJOR 1
-#define SDM_P1_VERSION_MINOR 0
+#define SDM_P1_VERSION_MINOR 1
 #define SDM_P1_VERSION_PATCH 0
-/* One number: major * 10000 + minor * 100 + patch (10000 for 1.0.0). */
+/* One number: major * 10000 + minor * 100 + patch (10100 for 1.1.0). */
 #define SDM_P1_VERSION_NUMBER \
     (SDM_P1_VERSION_MAJOR * 10000 + SDM_P1_VERSION_MINOR * 100 + SDM_P1_VERSION_PATCH)
 
 /* The version of the library actually loaded, as SDM_P1_VERSION_NUMBER. */
 SDM_P1_API unsigned sdm_p1_version_number(void);
-/* The same as a string, "1.0.0"; static storage. */
+/* The same as a string, "1.1.0"; static storage. */
 SDM_P1_API const char* sdm_p1_version_string(void);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -146,8 +146,10 @@ typedef enum sdm_p1_backend {
  * for CUDA device memory of the plan's device, usable on `stream` (stream-ordered allocators
  * such as a framework's caching allocator fit). Blocks must be aligned to 256 bytes (CUDA) or
  * 16 bytes (CPU, as malloc's are); a block that is not fails the plan's creation. alloc and
- * free NULL: the library's default (64-byte aligned host memory, or cudaMallocAsync). The plan calls alloc only in sdm_p1_plan_create and free only in
- * sdm_p1_plan_destroy, with the stream NULL (the default stream); never during execute. */
+ * free NULL: the library's default (64-byte aligned host memory, or cudaMalloc / cudaFree on
+ * the plan's device). The plan calls alloc only in sdm_p1_plan_create and free only in
+ * sdm_p1_plan_destroy, with the stream NULL (the default stream) and the plan's device
+ * current; never during execute. */
 typedef struct sdm_p1_allocator {
     /* Passed back to alloc and free as is. */
     void* ctx;
@@ -399,14 +401,50 @@ typedef struct sdm_p1_inputs {
  *   bytes, each unrequested field is ignored. In SDM_P1_OUTPUTS_PLAN mode a NULL element
  *   falls back to the plan's buffer of that field.
  * stream: the CUDA stream (cudaStream_t) to run on; NULL: the default stream. The CUDA
- *   backend does not synchronize and does not allocate. The CPU backend ignores it, runs
- *   the chunks on the calling thread and num_threads - 1 worker threads it starts and joins
- *   within the call (their scratch is the plan's workspace), and returns when the outputs are
- *   complete.
- * The CPU backend reports bad input data (ids out of range, bad gates) as
- * SDM_P1_ERROR_INVALID_INPUT with the first offending chunk, token and lane. */
+ *   backend only enqueues work on it: it does not synchronize the host, does not allocate
+ *   and may be captured in a CUDA graph (each replay recomputes every output and the data
+ *   check below). It checks that every input pointer (and every caller output buffer) is
+ *   device memory of the plan's device (SDM_P1_ERROR_INVALID_ARGUMENT naming the field
+ *   otherwise) and makes the plan's device current for the launch only. The CPU backend
+ *   ignores `stream`, runs the chunks on the calling thread and num_threads - 1 worker
+ *   threads it starts and joins within the call (their scratch is the plan's workspace), and
+ *   returns when the outputs are complete.
+ * Bad input data (ids out of range, bad gates): the CPU backend returns
+ * SDM_P1_ERROR_INVALID_INPUT with the first offending chunk, token and lane. The CUDA backend
+ * cannot know before its kernels run: execute succeeds, the kernels record the first
+ * offender on the device (never reading or writing out of bounds, never hanging) and
+ * sdm_p1_execute_status reports it once the caller has synchronized. */
 SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
                                         void* const* outputs, int32_t count, void* stream);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Since 1.1                                                                                 */
+
+/* The data check of the plan's last execute: SDM_P1_SUCCESS when every valid token's ids lay
+ * in its stream's range and every gate was finite and of magnitude below 2^22; otherwise
+ * SDM_P1_ERROR_INVALID_INPUT with the message the CPU backend gives for the same inputs (the
+ * first offending chunk, token and lane in chunk order, and the bad value) in
+ * sdm_p1_last_error(). The outputs of such an execute are unspecified.
+ * CUDA backend: the kernels write the result to the plan's workspace; call this only after
+ * the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a
+ * device synchronize), from any thread. It copies 16 bytes from the device and so waits for
+ * work already queued on the legacy default stream. Each execute clears the result first.
+ * CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors).
+ * A plan never executed: SDM_P1_SUCCESS.
+ *
+ * Example (CUDA):
+ *   sdm_p1_execute(plan, &in, NULL, 0, stream);
+ *   ... more work on stream ...
+ *   cudaStreamSynchronize(stream);
+ *   if (sdm_p1_execute_status(plan) == SDM_P1_ERROR_INVALID_INPUT)
+ *       fprintf(stderr, "bad data: %s\n", sdm_p1_last_error());
+ */
+SDM_P1_API sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan);
+
+/* The number of CUDA devices the CUDA backend can use, in *count: 0 when the backend is built
+ * in but the machine has no NVIDIA driver or no device (SDM_P1_SUCCESS); 0 with
+ * SDM_P1_ERROR_BACKEND_UNAVAILABLE when this library was built without the CUDA backend. */
+SDM_P1_API sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
 
 #ifdef __cplusplus
 }

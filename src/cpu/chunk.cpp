@@ -22,38 +22,10 @@ T* take(char*& p, size_t count) {
     return r;
 }
 
-int64_t load_id(const void* ids, bool idx64, int64_t i) {
-    return idx64 ? static_cast<const int64_t*>(ids)[i]
-                 : static_cast<int64_t>(static_cast<const int32_t*>(ids)[i]);
-}
-
-float load_value(const void* vals, bool bf16, int64_t i) {
-    return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(vals)[i])
-                : static_cast<const float*>(vals)[i];
-}
-
-// Stores a float32 result in the value dtype; returns the stored value widened to float.
-float store_value(void* vals, bool bf16, int64_t i, float v) {
-    if (bf16) {
-        const uint16_t b = bf16_from_f32(v);
-        static_cast<uint16_t*>(vals)[i] = b;
-        return bf16_to_f32(b);
-    }
-    static_cast<float*>(vals)[i] = v;
-    return v;
-}
-
-void put_record4(int32_t* rec, int64_t j, int32_t w0, int32_t w1, float w2, float w3) {
-    int32_t* r = rec + 4 * j;
-    r[0] = w0;
-    r[1] = w1;
-    r[2] = static_cast<int32_t>(f32_bits(w2));
-    r[3] = static_cast<int32_t>(f32_bits(w3));
-}
-
-// Reads and checks the chunk's ids and gates; fills the sort keys and the fixed-point gates.
+// Stage "load and check": reads and checks the chunk's ids and gates; fills the sort keys
+// and the fixed-point gates.
 // Entry e = t * (W + R) + j is write lane j (j < W) or read lane j - W of token t.
-InputError load_keys(const Options& o, const sdm_p1_inputs& in, int64_t chunk, int t_valid,
+InputError load_and_check(const Options& o, const sdm_p1_inputs& in, int64_t chunk, int t_valid,
                      uint64_t* sort_keys, Fix* gates) {
     const int W = o.W, R = o.R, WR = W + R;
     const int64_t id_base = (chunk % o.P) * o.stream_offset;
@@ -118,222 +90,176 @@ void ChunkScratch::bind(void* base, const Options& o) {
     row_sums = take<double>(p, 2 * static_cast<size_t>(o.C));
 }
 
-ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
-                          int64_t c, const ChunkScratch& s) {
-    const int C = o.C, W = o.W, R = o.R, WR = W + R, n = o.n();
-    const int nk = C * W, nq = C * R;
-    const int L = o.rec_tile;
-    const int t_valid = c >= o.N - o.P ? o.valid_last : C;
-    const int64_t id_base = (c % o.P) * o.stream_offset;
-    const int64_t cw = c * nk, cr = c * nq;
-    ChunkResult result{};
+namespace {
 
-    result.error = load_keys(o, in, c, t_valid, s.sort_keys, s.gate);
-    if (result.error.found) return result;
-    // The entries' (key, entry) pairs are distinct, so this sort is the stable sort by slot.
-    std::sort(s.sort_keys, s.sort_keys + n);
+// The chunk's constants for the stages below.
+struct Chunk {
+    const Options& o;
+    int64_t c;
+    int t_valid;   // valid tokens
+    int n;         // entries
+};
 
-    // Decode the sorted row: payload words, group heads, values, each entry's position.
+// Stage "sort": the entries' (key, entry) pairs are distinct, so this sort is the stable
+// sort by slot.
+void sort_entries(const Chunk& k, const ChunkScratch& s) { std::sort(s.sort_keys, s.sort_keys + k.n); }
+
+// Stage "decode": the sorted row's payload words (with group heads), values, each entry's
+// position.
+void decode(const Chunk& k, const sdm_p1_inputs& in, const ChunkScratch& s) {
+    const Options& o = k.o;
+    const int W = o.W, R = o.R, WR = W + R;
     uint64_t prev_key = 0;
     bool prev_valid = false;
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < k.n; ++r) {
         const uint64_t key = s.sort_keys[r] >> kEntryBits;
         const int e = static_cast<int>(s.sort_keys[r] & kEntryMask);
         const int t = e / WR, j = e - t * WR;
         const bool is_q = j >= W;
         const int lane = is_q ? j - W : j;
-        const bool valid = t < t_valid;
+        const bool valid = t < k.t_valid;
         uint32_t p = payload_word(t, lane, is_q, valid);
         if (r == 0 || !valid || !prev_valid || key != prev_key) p |= kHead;
         s.payload[r] = p;
         s.position[e] = r;
-        const int64_t tok = c * C + t;
+        const int64_t tok = k.c * o.C + t;
         s.value[r] = !valid ? 0.0f
                      : is_q ? load_value(in.q_val, o.bf16, tok * R + lane)
                             : load_value(in.k_val, o.bf16, tok * W + lane);
         prev_key = key;
         prev_valid = valid;
     }
+}
 
-    // Forward through each group: the inclusive log-cumsum and the peers before each entry.
-    // A write that repeats a slot its token already wrote adds no gate.
-    {
-        Fix run = fix_zero();
-        uint32_t kb = 0, qb = 0;
-        int h = 0;
-        for (int r = 0; r < n; ++r) {
-            const uint32_t p = s.payload[r];
-            if (p & kHead) {
-                run = fix_zero();
-                kb = qb = 0;
-                h = r;
-            }
-            const bool valid = !(p & kInvalid);
-            const bool is_k = valid && !(p & kIsQ);
-            const bool is_q = valid && (p & kIsQ);
-            const int t = static_cast<int>((p >> kTokenShift) & kTokenMask);
-            if (is_k) {
-                const uint32_t pp = r > 0 ? s.payload[r - 1] : 0u;
-                const bool repeat = !(p & kHead) && !(pp & kIsQ) &&
-                                    static_cast<int>((pp >> kTokenShift) & kTokenMask) == t;
-                if (repeat) {
-                    ++result.repeats;
-                } else {
-                    const int lane = o.gate_width == 1 ? 0 : static_cast<int>(p & kLaneMask);
-                    run = fix_add(run, s.gate[t * o.gate_width + lane]);
-                }
-            }
-            s.log[r] = run;
-            s.k_before[r] = kb;
-            s.before[r] = is_k ? kb : is_q ? qb : 0u;
-            s.head[r] = h;
-            kb += is_k ? 1u : 0u;
-            qb += is_q ? 1u : 0u;
+// Stage "scans", forward through each group: the inclusive log-cumsum and the peers before
+// each entry. A write that repeats a slot its token already wrote adds no gate. Returns the
+// number of such repeats.
+int64_t scan_forward(const Chunk& k, const ChunkScratch& s) {
+    const Options& o = k.o;
+    int64_t repeats = 0;
+    Fix run = fix_zero();
+    uint32_t kb = 0, qb = 0;
+    int h = 0;
+    for (int r = 0; r < k.n; ++r) {
+        const uint32_t p = s.payload[r];
+        if (p & kHead) {
+            run = fix_zero();
+            kb = qb = 0;
+            h = r;
         }
-    }
-    // Backward through each group: the peers after each entry, rex, the LAST flag.
-    {
-        Fix total = fix_zero();
-        uint32_t ka = 0, qa = 0;
-        for (int r = n - 1; r >= 0; --r) {
-            if (r == n - 1 || (s.payload[r + 1] & kHead)) {
-                total = s.log[r];
-                ka = qa = 0;
-            }
-            const uint32_t p = s.payload[r];
-            const bool valid = !(p & kInvalid);
-            const bool is_k = valid && !(p & kIsQ);
-            const bool is_q = valid && (p & kIsQ);
-            s.after[r] = is_k ? ka : is_q ? qa : 0u;
-            s.rex[r] = fix_sub(total, s.log[r]);
-            if (is_k && ka == 0) s.payload[r] = p | kLastK;
-            ka += is_k ? 1u : 0u;
-            qa += is_q ? 1u : 0u;
-        }
-    }
-
-    // Per-entry outputs, the sorted rows, records and indices, in sorted order.
-    {
-        uint32_t jk = 0, jq = 0;   // index in the write / read row
-        int valid_groups = 0;      // valid groups that ended before (valid LAST writes)
-        const int ntk = (nk + L - 1) / L, ntq = (nq + L - 1) / L;
-        const int nwk = (nk + 31) / 32;
-        for (int r = 0; r < n; ++r) {
-            const uint32_t p = s.payload[r];
-            const bool valid = !(p & kInvalid);
-            const bool is_q = (p & kIsQ) != 0u;
-            const int t = static_cast<int>((p >> kTokenShift) & kTokenMask);
-            const int lane = static_cast<int>(p & kLaneMask);
-            const uint32_t before = s.before[r], after = s.after[r];
-            const float v = s.value[r];
-            const int32_t packed = pack_position(static_cast<uint32_t>(r), before, after, valid);
-            const int32_t elem = sorted_element(p, before, after, valid);
-            const bool first = (static_cast<uint32_t>(elem) & kSortedFirst) != 0u;
-            const int32_t slot = valid ? static_cast<int32_t>(static_cast<int64_t>(
-                                             s.sort_keys[r] >> kEntryBits) + id_base)
-                                       : 0;
-            // exp of the entry's log-cumsum (padding: its log is 0, its value 0).
-            const double e_log = exp_fix(s.log[r]);
-            if (!is_q) {
-                const int64_t o_ = cw + t * W + lane;
-                // cpe = exp(log + rex): the same argument as e_log when rex is 0.
-                const double e_total = fix_is_zero(s.rex[r]) ? e_log : exp_fix(fix_add(s.log[r], s.rex[r]));
-                const float cpe_stored = store_value(out.cpe, o.bf16, o_, to_f32(e_total));
-                out.log_k[o_] = fix_to_f32(s.log[r]);
-                out.rex[o_] = fix_to_f32(s.rex[r]);
-                store_value(out.k_eff, o.bf16, o_, scaled_f32(v, e_log));
-                const bool last = (p & kLastK) != 0u;
-                if (out.is_last) {
-                    out.is_last[o_] = last ? 1 : 0;
-                    out.is_only[o_] = (last && before == 0u) ? 1 : 0;
-                }
-                if (out.pos_k) out.pos_k[o_] = packed;
-                if (out.spay_k) out.spay_k[cw + jk] = elem;
-                if (out.krec) {
-                    put_record4(out.krec, cw + jk, elem, slot, scaled_f32(v, exp_fix(s.rex[r])), cpe_stored);
-                }
-                if (out.kspa) {
-                    out.kspa[cw + jk] = valid ? neg_beta_scaled_f32(in.beta[c * C + t], v, e_log) : 0.0f;
-                }
-                // Valid groups started before this entry, counting its own when it started
-                // earlier (then the entry is a valid write that is not its group's first).
-                const int g = valid_groups + ((valid && before != 0u) ? 1 : 0);
-                if (jk % static_cast<uint32_t>(L) == 0u) {
-                    const int tile = static_cast<int>(jk / static_cast<uint32_t>(L));
-                    if (out.tiles_k) {
-                        out.tiles_k[c * (ntk + 1) + tile] =
-                            first ? static_cast<int32_t>(jk)
-                                  : std::min(static_cast<int>(jk + after + 1u), nk);
-                    }
-                    if (out.segb_k) out.segb_k[c * (ntk + 1) + tile] = g;
-                }
-                if (out.dc_kpos) out.dc_kpos[o_] = (valid && before == 0u) ? g : -1;
-                if (out.dc_bpre && jk % 32u == 0u) out.dc_bpre[c * (nwk + 1) + jk / 32u] = g;
-                if (valid && last) ++valid_groups;
-                ++jk;
+        const bool valid = !(p & kInvalid);
+        const bool is_k = valid && !(p & kIsQ);
+        const bool is_q = valid && (p & kIsQ);
+        const int t = static_cast<int>((p >> kTokenShift) & kTokenMask);
+        if (is_k) {
+            const uint32_t pp = r > 0 ? s.payload[r - 1] : 0u;
+            const bool repeat = !(p & kHead) && !(pp & kIsQ) &&
+                                static_cast<int>((pp >> kTokenShift) & kTokenMask) == t;
+            if (repeat) {
+                ++repeats;
             } else {
-                const int64_t o_ = cr + t * R + lane;
-                out.log_q[o_] = fix_to_f32(s.log[r]);
-                const float qw = scaled_f32(v, e_log);
-                store_value(out.q_w, o.bf16, o_, qw);
-                if (out.pos_q) out.pos_q[o_] = packed;
-                if (out.q_last) {
-                    const bool last = valid && after == 0u;
-                    out.q_last[o_] = last ? 1 : 0;
-                    out.q_only[o_] = (last && before == 0u) ? 1 : 0;
-                }
-                if (out.spay_q) out.spay_q[cr + jq] = elem;
-                if (out.qrec) put_record4(out.qrec, cr + jq, elem, slot, qw, 0.0f);
-                if (out.qrec8) {
-                    out.qrec8[2 * (cr + jq)] = slot;
-                    out.qrec8[2 * (cr + jq) + 1] = static_cast<int32_t>(f32_bits(qw));
-                }
-                if (out.tiles_q && jq % static_cast<uint32_t>(L) == 0u) {
-                    out.tiles_q[c * (ntq + 1) + jq / static_cast<uint32_t>(L)] =
-                        first ? static_cast<int32_t>(jq)
-                              : std::min(static_cast<int>(jq + after + 1u), nq);
-                }
-                ++jq;
+                const int lane = o.gate_width == 1 ? 0 : static_cast<int>(p & kLaneMask);
+                run = fix_add(run, s.gate[t * o.gate_width + lane]);
             }
         }
-        if (out.tiles_k) out.tiles_k[c * (ntk + 1) + ntk] = nk;
-        if (out.segb_k) out.segb_k[c * (ntk + 1) + ntk] = valid_groups;
-        if (out.tiles_q) out.tiles_q[c * (ntq + 1) + ntq] = nq;
-        if (out.dc_bpre) out.dc_bpre[c * (nwk + 1) + nwk] = valid_groups;
+        s.log[r] = run;
+        s.k_before[r] = kb;
+        s.before[r] = is_k ? kb : is_q ? qb : 0u;
+        s.head[r] = h;
+        kb += is_k ? 1u : 0u;
+        qb += is_q ? 1u : 0u;
     }
+    return repeats;
+}
+
+// Stage "scans", backward through each group: the peers after each entry and rex.
+void scan_backward(const Chunk& k, const ChunkScratch& s) {
+    Fix total = fix_zero();
+    uint32_t ka = 0, qa = 0;
+    for (int r = k.n - 1; r >= 0; --r) {
+        if (r == k.n - 1 || (s.payload[r + 1] & kHead)) {
+            total = s.log[r];
+            ka = qa = 0;
+        }
+        const uint32_t p = s.payload[r];
+        const bool valid = !(p & kInvalid);
+        const bool is_k = valid && !(p & kIsQ);
+        const bool is_q = valid && (p & kIsQ);
+        s.after[r] = is_k ? ka : is_q ? qa : 0u;
+        s.rex[r] = fix_sub(total, s.log[r]);
+        ka += is_k ? 1u : 0u;
+        qa += is_q ? 1u : 0u;
+    }
+}
+
+// Stage "records": every per-entry output, the sorted rows, records and indices (in sorted
+// order, through the shared write_entry_outputs), then the sorted payloads and the rank table.
+void write_records(const Chunk& k, const sdm_p1_inputs& in, const OutputBuffers& out,
+                   const ChunkScratch& s) {
+    const Options& o = k.o;
+    const ChunkFacts f{k.c, o.C, o.W, o.R, o.rec_tile, (k.c % o.P) * o.stream_offset, o.bf16,
+                       out.kspa ? in.beta : nullptr};
+    uint32_t jk = 0, jq = 0;   // index in the write / read row
+    int32_t valid_groups = 0;  // valid groups that ended before (valid LAST writes)
+    for (int r = 0; r < k.n; ++r) {
+        const uint32_t p = s.payload[r];
+        const bool valid = !(p & kInvalid);
+        const bool is_q = (p & kIsQ) != 0u;
+        EntryFacts e{};
+        e.r = static_cast<uint32_t>(r);
+        e.payload = p;
+        e.before = s.before[r];
+        e.after = s.after[r];
+        e.log = s.log[r];
+        e.rex = s.rex[r];
+        e.value = s.value[r];
+        e.slot_key = static_cast<int64_t>(s.sort_keys[r] >> kEntryBits);
+        e.row_index = is_q ? jq++ : jk++;
+        // Valid groups started before this entry, counting its own when it started earlier
+        // (then the entry is a valid write that is not its group's first).
+        e.groups_before = valid_groups + ((valid && e.before != 0u) ? 1 : 0);
+        write_entry_outputs(out, f, e);
+        if (!is_q && valid && e.after == 0u) {
+            s.payload[r] = p | kLastK;
+            ++valid_groups;
+        }
+    }
+    write_chunk_tails(out, f, valid_groups);
 
     // The sorted payloads, then the row's padding.
     const int row = o.row();
-    int32_t* pay_out = out.payload + c * row;
-    for (int r = 0; r < n; ++r) pay_out[r] = static_cast<int32_t>(s.payload[r]);
-    for (int r = n; r < row; ++r) pay_out[r] = static_cast<int32_t>(kTailPayload);
+    int32_t* pay_out = out.payload + k.c * row;
+    for (int r = 0; r < k.n; ++r) pay_out[r] = static_cast<int32_t>(s.payload[r]);
+    for (int r = k.n; r < row; ++r) pay_out[r] = static_cast<int32_t>(kTailPayload);
 
     // Rank table: per 32 sorted positions, the write entries before them and their bit mask.
     if (out.spay_rank) {
-        const int blocks = (n + 31) / 32;
+        const int blocks = (k.n + 31) / 32;
         int32_t writes = 0;
         for (int b = 0; b < blocks; ++b) {
             uint32_t mask = 0;
-            for (int k = 0; k < 32 && 32 * b + k < n; ++k) {
-                if (!(s.payload[32 * b + k] & kIsQ)) mask |= 1u << k;
+            for (int i = 0; i < 32 && 32 * b + i < k.n; ++i) {
+                if (!(s.payload[32 * b + i] & kIsQ)) mask |= 1u << i;
             }
-            int32_t* w = out.spay_rank + 2 * (c * blocks + b);
-            w[0] = writes;
-            w[1] = static_cast<int32_t>(mask);
+            write_rank(out, k.c, blocks, b, writes, mask);
             writes += __builtin_popcount(mask);
         }
     }
+}
 
-    // a and qk, one row (token i) at a time: each entry of token i walks its group from the
-    // nearest earlier entry towards the head, adding one term per valid write met (a: of
-    // another token; qk: of any token), in the canonical order of pair_term_add.
+// Stage "pair sums": a and qk, one row (token i) at a time: each entry of token i walks its
+// group from the nearest earlier entry towards the head, adding one term per valid write met
+// (a: of another token; qk: of any token), in the canonical order of pair_term_add.
+void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScratch& s) {
+    const Options& o = k.o;
+    const int C = o.C, W = o.W, WR = o.W + o.R;
     double* row_a = s.row_sums;
     double* row_qk = s.row_sums + C;
-    float* a = out.a + c * C * C;
-    float* qk = out.qk + c * C * C;
+    float* a = out.a + k.c * C * C;
+    float* qk = out.qk + k.c * C * C;
     for (int i = 0; i < C; ++i) {
         std::fill(row_a, row_a + 2 * C, 0.0);
-        if (i < t_valid) {
+        if (i < k.t_valid) {
             for (int j = 0; j < WR; ++j) {
                 const int r = s.position[i * WR + j];
                 const bool is_q = j >= W;
@@ -356,6 +282,24 @@ ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const Outpu
             qk[i * C + j] = j <= i ? to_f32(row_qk[j]) : 0.0f;
         }
     }
+}
+
+}  // namespace
+
+// The stages in order; kernels/phase1.cu runs the same stages, under the same names, in one
+// thread block per chunk.
+ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
+                          int64_t c, const ChunkScratch& s) {
+    const Chunk k{o, c, c >= o.N - o.P ? o.valid_last : o.C, o.n()};
+    ChunkResult result{};
+    result.error = load_and_check(o, in, c, k.t_valid, s.sort_keys, s.gate);
+    if (result.error.found) return result;
+    sort_entries(k, s);
+    decode(k, in, s);
+    result.repeats = scan_forward(k, s);
+    scan_backward(k, s);
+    write_records(k, in, out, s);
+    pair_sums(k, out, s);
     return result;
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../input_error.h"
 #include "../options.h"
 #include "../outputs.h"
 #include "../phase1_shared.h"
@@ -32,17 +33,6 @@ struct ChunkScratch {
     static size_t bytes(const Options& opt);
     // Lays the arrays out from `base` (16-byte aligned, bytes(opt) long).
     void bind(void* base, const Options& opt);
-};
-
-// The first bad input found in a chunk (entry order: per token, its ids, then its gates).
-struct InputError {
-    bool found;
-    bool gate;      // a gate (else an id)
-    int token;
-    int lane;       // write or read column (for an id), gate column (for a gate)
-    bool is_q;      // the id is a read id
-    int64_t id;
-    float gate_value;
 };
 
 struct ChunkResult {

@@ -65,17 +65,6 @@ void worker(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
     }
 }
 
-[[noreturn]] void report(const Options& o, int64_t c, const InputError& e) {
-    const int64_t stream = c % o.P;
-    if (e.gate) {
-        fail(SDM_P1_ERROR_INVALID_INPUT, "sdm_p1_execute: gate g[", c, ", ", e.token, ", ", e.lane,
-             "] = ", e.gate_value, " is not a finite number of magnitude below 2^22");
-    }
-    fail(SDM_P1_ERROR_INVALID_INPUT, "sdm_p1_execute: ", e.is_q ? "q_idx[" : "k_idx[", c, ", ",
-         e.token, ", ", e.lane, "] = ", e.id, " lies outside stream ", stream, "'s slot range [",
-         stream * o.stream_offset, ", ", stream * o.stream_offset + o.num_keys, ")");
-}
-
 }  // namespace
 
 size_t workspace_bytes(const Options& o) {
@@ -112,7 +101,7 @@ void execute(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out
             failed = &r;
         }
     }
-    if (failed != nullptr) report(o, failed->error_chunk, failed->error);
+    if (failed != nullptr) report_input_error(o, failed->error_chunk, failed->error);
     out.repeats[0] = repeats;
 }
 
