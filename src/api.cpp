@@ -3,6 +3,7 @@
 #include <exception>
 #include <new>
 
+#include "cuda/cuda_backend.h"
 #include "errors.h"
 #include "outputs.h"
 #include "plan.h"
@@ -105,6 +106,26 @@ sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
     return guarded([&] {
         require_plan(plan, "sdm_p1_execute");
         sdm_p1::execute_plan(*plan, inputs, outputs, count, stream);
+    });
+}
+
+sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan) {
+    return guarded([&] {
+        require_plan(plan, "sdm_p1_execute_status");
+        sdm_p1::check_execute_status(*plan);
+    });
+}
+
+sdm_p1_status sdm_p1_cuda_device_count(int32_t* count) {
+    return guarded([&] {
+        if (count == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_cuda_device_count: count is NULL");
+        *count = 0;
+#if defined(SDM_P1_WITH_CUDA)
+        *count = sdm_p1::cuda::device_count(nullptr);
+#else
+        sdm_p1::fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE,
+                     "sdm_p1_cuda_device_count: this libsdmp1 was built without the CUDA backend");
+#endif
     });
 }
 

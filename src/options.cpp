@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "cuda/cuda_backend.h"
 #include "errors.h"
 #include "phase1_shared.h"
 
@@ -23,6 +24,15 @@ void require_supported(bool ok, const char* field, int64_t value, const char* ru
 bool cuda_built() {
 #if defined(SDM_P1_WITH_CUDA)
     return true;
+#else
+    return false;
+#endif
+}
+
+// AUTO's choice: the CUDA backend where it is built in and the machine has a device.
+bool cuda_usable() {
+#if defined(SDM_P1_WITH_CUDA)
+    return cuda::device_count(nullptr) > 0;
 #else
     return false;
 #endif
@@ -126,7 +136,7 @@ Options resolve_options(const sdm_p1_desc* desc) {
 
     switch (d.backend) {
         case SDM_P1_BACKEND_AUTO:
-            o.backend = cuda_built() ? SDM_P1_BACKEND_CUDA : SDM_P1_BACKEND_CPU;
+            o.backend = cuda_usable() ? SDM_P1_BACKEND_CUDA : SDM_P1_BACKEND_CPU;
             break;
         case SDM_P1_BACKEND_CPU:
             o.backend = SDM_P1_BACKEND_CPU;

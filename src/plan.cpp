@@ -14,10 +14,11 @@ constexpr size_t kOutputAlign = 256;
 
 size_t align_up(size_t b) { return (b + kOutputAlign - 1) / kOutputAlign * kOutputAlign; }
 
-size_t workspace_bytes(const Options& o) {
-    if (o.backend == SDM_P1_BACKEND_CPU) return cpu::workspace_bytes(o);
-    fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE, "backend ", o.backend, " is not built in");
+#if !defined(SDM_P1_WITH_CUDA)
+[[noreturn]] void no_cuda() {
+    fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE, "this libsdmp1 was built without the CUDA backend");
 }
+#endif
 
 void require_input(const void* p, size_t align, const char* name) {
     if (p == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->", name, " is NULL");
@@ -27,20 +28,64 @@ void require_input(const void* p, size_t align, const char* name) {
     }
 }
 
+#if defined(SDM_P1_WITH_CUDA)
+// A CUDA plan's input pointers and caller output buffers must be memory of its device.
+void require_device_memory(const sdm_p1_plan& plan, const sdm_p1_inputs& in, void* const* outputs,
+                           int32_t count) {
+    const int device = plan.options.device;
+    cuda::require_device_pointer(in.k_idx, device, "inputs->k_idx");
+    cuda::require_device_pointer(in.q_idx, device, "inputs->q_idx");
+    cuda::require_device_pointer(in.k_val, device, "inputs->k_val");
+    cuda::require_device_pointer(in.q_val, device, "inputs->q_val");
+    cuda::require_device_pointer(in.g, device, "inputs->g");
+    if (plan.options.has(SDM_P1_DET_KSPA)) cuda::require_device_pointer(in.beta, device, "inputs->beta");
+    for (int f = 0; f < count; ++f) {
+        const sdm_p1_tensor& v = plan.views[static_cast<size_t>(f)];
+        if (v.requested && outputs[f] != nullptr) {
+            const std::string what = std::string("the buffer of output '") + v.name + "'";
+            cuda::require_device_pointer(outputs[f], device, what.c_str());
+        }
+    }
+}
+#endif
+
 }  // namespace
 
 sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     auto plan = std::make_unique<sdm_p1_plan>();
     plan->options = resolve_options(desc);
     Options& o = plan->options;
-    if (o.allocator.alloc == nullptr) o.allocator = default_allocator(o.backend);
     plan->views = describe_outputs(o);
+    size_t output_bytes = 0;
+    for (const sdm_p1_tensor& v : plan->views) output_bytes += align_up(v.bytes);
+    size_t workspace_bytes = 0;
+    if (o.backend == SDM_P1_BACKEND_CPU) {
+        if (o.allocator.alloc == nullptr) o.allocator = default_allocator(o.backend);
+        workspace_bytes = cpu::workspace_bytes(o);
+    } else {
+#if defined(SDM_P1_WITH_CUDA)
+        o.device = cuda::resolve_device(o.device);
+        if (o.allocator.alloc == nullptr) o.allocator = cuda::default_allocator();
+#else
+        no_cuda();
+#endif
+    }
+#if defined(SDM_P1_WITH_CUDA)
+    // The device stays current while the plan allocates and configures.
+    std::unique_ptr<cuda::DeviceGuard> guard;
+    if (o.backend == SDM_P1_BACKEND_CUDA) {
+        guard = std::make_unique<cuda::DeviceGuard>(o.device);
+        plan->cuda = cuda::prepare(o, output_bytes);
+        workspace_bytes = plan->cuda.workspace_bytes;
+    }
+#endif
     const size_t align = required_alignment(o.backend);
-    plan->workspace = Block(o.allocator, workspace_bytes(o), align);
+    plan->workspace = Block(o.allocator, workspace_bytes, align);
+#if defined(SDM_P1_WITH_CUDA)
+    if (o.backend == SDM_P1_BACKEND_CUDA) cuda::init_workspace(plan->cuda, plan->workspace.data());
+#endif
     if (o.output_mode == SDM_P1_OUTPUTS_PLAN) {
-        size_t total = 0;
-        for (const sdm_p1_tensor& v : plan->views) total += align_up(v.bytes);
-        plan->outputs = Block(o.allocator, total, align);
+        plan->outputs = Block(o.allocator, output_bytes, align);
         char* p = static_cast<char*>(plan->outputs.data());
         for (sdm_p1_tensor& v : plan->views) {
             if (!v.requested) continue;
@@ -97,12 +142,41 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outpu
                  "' is not aligned to its element size (", align, " bytes)");
         }
     }
-    (void)stream;   // the CPU backend returns when the outputs are complete
     if (o.backend == SDM_P1_BACKEND_CPU) {
         cpu::execute(o, *in, output_buffers(buffers), plan.workspace.data());
         return;
     }
-    fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE, "backend ", o.backend, " is not built in");
+#if defined(SDM_P1_WITH_CUDA)
+    require_device_memory(plan, *in, outputs, count);
+    const cuda::DeviceGuard guard(o.device);
+    cuda::execute(o, plan.cuda, *in, output_buffers(buffers), plan.workspace.data(), stream);
+#else
+    (void)stream;
+    no_cuda();
+#endif
+}
+
+void check_execute_status(sdm_p1_plan& plan) {
+    if (plan.options.backend != SDM_P1_BACKEND_CUDA) return;   // the CPU reports in execute
+#if defined(SDM_P1_WITH_CUDA)
+    const cuda::DeviceGuard guard(plan.options.device);
+    cuda::check_status(plan.options, plan.cuda, plan.workspace.data());
+#endif
 }
 
 }  // namespace sdm_p1
+
+sdm_p1_plan::~sdm_p1_plan() {
+#if defined(SDM_P1_WITH_CUDA)
+    if (options.backend == SDM_P1_BACKEND_CUDA && (outputs.data() != nullptr || workspace.data() != nullptr)) {
+        try {
+            const sdm_p1::cuda::DeviceGuard guard(options.device);
+            outputs = sdm_p1::Block();
+            workspace = sdm_p1::Block();
+        } catch (...) {
+            // The device could not be made current: free on the current one (the default
+            // allocator's cudaFree accepts any device's pointer).
+        }
+    }
+#endif
+}

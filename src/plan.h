@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "cuda/cuda_backend.h"
 #include "memory.h"
 #include "options.h"
 #include "outputs.h"
@@ -14,6 +15,13 @@ struct sdm_p1_plan {
     sdm_p1::OutputViews views;   // data set in SDM_P1_OUTPUTS_PLAN mode
     sdm_p1::Block outputs;       // every requested output, in one block (plan mode)
     sdm_p1::Block workspace;
+    sdm_p1::cuda::Prepared cuda;  // CUDA plans: launch configuration, workspace layout
+
+    sdm_p1_plan() = default;
+    sdm_p1_plan(const sdm_p1_plan&) = delete;
+    sdm_p1_plan& operator=(const sdm_p1_plan&) = delete;
+    // Frees the plan's memory with its device current (CUDA).
+    ~sdm_p1_plan();
 };
 
 namespace sdm_p1 {
@@ -24,6 +32,9 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc);
 // Validates the inputs and output buffers, then runs the plan's backend; throws Error.
 void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* inputs, void* const* outputs,
                   int32_t count, void* stream);
+
+// The data check of the plan's last execute (sdm_p1_execute_status); throws Error.
+void check_execute_status(sdm_p1_plan& plan);
 
 }  // namespace sdm_p1
 

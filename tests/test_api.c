@@ -155,7 +155,22 @@ static void test_descriptor_errors(void) {
     BAD(det_fields, 1024, SDM_P1_ERROR_INVALID_ARGUMENT, "dc_rec");
     BAD(det_fields, 4096 | 1, SDM_P1_ERROR_INVALID_ARGUMENT, "unknown bits 4096");
     BAD(det_fields, -2, SDM_P1_ERROR_INVALID_ARGUMENT, "det_fields");
-    BAD(backend, SDM_P1_BACKEND_CUDA, SDM_P1_ERROR_BACKEND_UNAVAILABLE, "without the CUDA backend");
+    {
+        /* The CUDA backend is unavailable when not built in, or built in with no device. */
+        int32_t devices = -1;
+        const sdm_p1_status built = sdm_p1_cuda_device_count(&devices);
+        CHECK(devices == 0 || built == SDM_P1_SUCCESS);
+        if (built == SDM_P1_ERROR_BACKEND_UNAVAILABLE) {
+            BAD(backend, SDM_P1_BACKEND_CUDA, SDM_P1_ERROR_BACKEND_UNAVAILABLE, "without the CUDA backend");
+        } else if (devices == 0) {
+            BAD(backend, SDM_P1_BACKEND_CUDA, SDM_P1_ERROR_BACKEND_UNAVAILABLE, "no device");
+        } else {
+            d = ok;
+            d.backend = SDM_P1_BACKEND_CUDA;
+            d.device = devices;
+            expect_create_fails(d, SDM_P1_ERROR_INVALID_ARGUMENT, "CUDA device(s)", "device = count");
+        }
+    }
     BAD(backend, 9, SDM_P1_ERROR_INVALID_ARGUMENT, "backend = 9");
     BAD(num_threads, -3, SDM_P1_ERROR_INVALID_ARGUMENT, "num_threads");
     BAD(output_mode, 4, SDM_P1_ERROR_INVALID_ARGUMENT, "output_mode");

@@ -1,0 +1,96 @@
+// The interface between the CUDA backend's host code (src/cuda/) and its kernels: plain
+// structs and the host functions implemented in phase1.cu. Plain C++ (no CUDA headers), so
+// host code compiled by the C++ compiler includes it as well.
+#ifndef SDM_P1_KERNELS_LAUNCH_H
+#define SDM_P1_KERNELS_LAUNCH_H
+
+#include <cstddef>
+#include <cstdint>
+
+namespace sdm_p1 {
+namespace cuda {
+
+// A plan's shapes and options as the kernels see them.
+struct KernelShape {
+    int64_t N;
+    int C, W, R;
+    int64_t P;               // streams (num_parallel)
+    int64_t stream_offset;
+    int64_t num_keys;
+    int valid_last;
+    int gate_width;          // 1 or W
+    int rec_tile;            // L
+    bool idx64;              // int64 ids (else int32)
+    bool bf16;               // bfloat16 values and value-typed outputs (else float32)
+};
+
+// Device pointers of one execute's outputs; null: not requested. Value-typed fields (cpe,
+// k_eff, q_w) hold float or bfloat16 bits as KernelShape::bf16 says.
+struct KernelOutputs {
+    float* a;
+    float* qk;
+    float* log_k;
+    float* log_q;
+    float* rex;
+    void* cpe;
+    int8_t* is_last;
+    int8_t* is_only;
+    void* k_eff;
+    void* q_w;
+    int32_t* payload;
+    int32_t* pos_k;
+    int32_t* pos_q;
+    int8_t* q_last;
+    int8_t* q_only;
+    int32_t* spay_k;
+    int32_t* spay_q;
+    int32_t* spay_rank;
+    int32_t* krec;
+    float* kspa;
+    int32_t* qrec;
+    int32_t* tiles_k;
+    int32_t* tiles_q;
+    int32_t* segb_k;
+    int32_t* dc_kpos;
+    int32_t* dc_bpre;
+    int32_t* qrec8;
+    int64_t* repeats;   // [1], zeroed before the launch; the kernel adds to it
+};
+
+// The first bad input of an execute, on the device. `key` is UINT64_MAX when none was found,
+// else chunk << kStatusCodeBits | code with code = token * (W + R + gate_width) + column,
+// column = the entry's index in its token (W writes, then R reads) for an id, W + R + lane
+// for a gate: so the smallest key is the first offender in the CPU backend's order.
+// chunk_value[c] holds the raw bits of chunk c's first offender (the int64 id, or the float
+// bits of the gate), written only by the block that found it.
+constexpr int kStatusCodeBits = 20;
+struct DeviceStatus {
+    unsigned long long key;
+};
+
+// How the kernel runs a plan's shape on one device (chosen at plan creation).
+struct LaunchConfig {
+    int grid;                 // blocks; each loops over chunks blockIdx.x, + gridDim.x, ...
+    int threads;              // per block
+    size_t smem_bytes;        // dynamic shared memory per block
+    bool arrays_in_smem;      // the chunk's arrays in shared memory, else in global scratch
+    size_t scratch_per_block; // bytes of global scratch per block (0 when in shared memory)
+};
+
+// Chooses the launch configuration of `shape` for `device`, within `output_bytes` (the
+// global scratch, when needed, stays no larger) and sets the kernel's shared-memory limit.
+// Returns a cudaError_t value (0: success).
+int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchConfig* config);
+
+// Enqueues one execute on `stream`: clears the status and repeats, then runs the kernel.
+// `scratch` is the global scratch (config.grid * config.scratch_per_block bytes, or null),
+// `chunk_value` N words. Returns a cudaError_t value (0: success).
+int launch(const KernelShape& shape, const LaunchConfig& config, const void* k_idx,
+           const void* q_idx, const void* k_val, const void* q_val, const float* g,
+           const float* beta, const KernelOutputs& out, void* scratch, DeviceStatus* status,
+           uint64_t* chunk_value, void* stream);
+
+}  // namespace cuda
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_KERNELS_LAUNCH_H

@@ -1,0 +1,43 @@
+// Stage "decode": from the sorted keys, every sorted position's payload word (with its group
+// head bit), value and slot, and every entry's sorted position.
+#ifndef SDM_P1_KERNELS_STAGE_DECODE_CUH
+#define SDM_P1_KERNELS_STAGE_DECODE_CUH
+
+#include "chunk_context.cuh"
+
+namespace sdm_p1 {
+namespace cuda {
+
+__device__ inline void decode(const KernelArgs& a, const Chunk& k, const uint64_t* sorted,
+                              const ChunkArrays& arr) {
+    const KernelShape& s = a.s;
+    const int W = s.W, R = s.R, WR = W + R;
+    const uint64_t entry_mask = (uint64_t{1} << a.entry_bits) - 1u;
+    const int64_t tok0 = k.c * s.C;
+    for (int r = threadIdx.x; r < k.n; r += blockDim.x) {
+        const uint64_t key = sorted[r];
+        const int e = static_cast<int>(key & entry_mask);
+        const uint64_t slot = key >> a.entry_bits;
+        const int t = e / WR, j = e - t * WR;
+        const bool is_q = j >= W;
+        const int lane = is_q ? j - W : j;
+        const bool valid = t < k.t_valid;
+        bool head = r == 0 || !valid;
+        if (!head) {
+            const uint64_t prev = sorted[r - 1];
+            const int prev_t = static_cast<int>(prev & entry_mask) / WR;
+            head = prev_t >= k.t_valid || (prev >> a.entry_bits) != slot;
+        }
+        arr.payload[r] = payload_word(t, lane, is_q, valid) | (head ? kHead : 0u);
+        arr.position[e] = static_cast<uint32_t>(r);
+        arr.value[r] = !valid ? 0.0f
+                       : is_q ? load_value(a.q_val, s.bf16, (tok0 + t) * R + lane)
+                              : load_value(a.k_val, s.bf16, (tok0 + t) * W + lane);
+        arr.slot[r] = static_cast<uint32_t>(slot);
+    }
+}
+
+}  // namespace cuda
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_KERNELS_STAGE_DECODE_CUH

@@ -1,0 +1,70 @@
+// Stage "load and check": the chunk's ids become sort keys (slot << entry_bits | entry, so the
+// keys are distinct and their order is the stable order by slot), its gates fixed-point
+// numbers. Bad ids and gates are recorded, never used: such an id sorts as padding, such a
+// gate counts as 0, so every later index stays in range.
+#ifndef SDM_P1_KERNELS_STAGE_LOAD_CUH
+#define SDM_P1_KERNELS_STAGE_LOAD_CUH
+
+#include "chunk_context.cuh"
+
+namespace sdm_p1 {
+namespace cuda {
+
+__device__ inline void load_and_check(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+                                      ChunkShared& sh) {
+    const KernelShape& s = a.s;
+    const int W = s.W, R = s.R, WR = W + R, gw = s.gate_width;
+    const uint32_t code_stride = static_cast<uint32_t>(WR + gw);
+    const uint64_t padding_slot = static_cast<uint64_t>(s.num_keys);
+    const int64_t tok0 = k.c * s.C;
+    for (int e = threadIdx.x; e < k.n; e += blockDim.x) {
+        const int t = e / WR, j = e - t * WR;
+        uint64_t slot = padding_slot;
+        if (t < k.t_valid) {
+            const bool is_q = j >= W;
+            const int64_t id = is_q ? load_id(a.q_idx, s.idx64, (tok0 + t) * R + (j - W))
+                                    : load_id(a.k_idx, s.idx64, (tok0 + t) * W + j);
+            if (id < k.id_base || id - k.id_base >= s.num_keys) {
+                atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(j));
+            } else {
+                slot = static_cast<uint64_t>(id - k.id_base);
+            }
+        }
+        arr.keys[e] = slot << a.entry_bits | static_cast<uint64_t>(e);
+    }
+    for (int x = threadIdx.x; x < s.C * gw; x += blockDim.x) {
+        const int t = x / gw, lane = x - t * gw;
+        Fix f = fix_zero();
+        if (t < k.t_valid && !gate_to_fix(a.g[(tok0 + t) * gw + lane], &f)) {
+            atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(WR + lane));
+        }
+        arr.gate[x] = f;
+    }
+}
+
+// After load_and_check and a barrier: one thread publishes the chunk's first offender, if any.
+__device__ inline void report_chunk_error(const KernelArgs& a, const Chunk& k, const ChunkShared& sh) {
+    if (threadIdx.x != 0 || sh.error_code == kNoError) return;
+    const KernelShape& s = a.s;
+    const int W = s.W, R = s.R, WR = W + R;
+    const uint32_t code_stride = static_cast<uint32_t>(WR + s.gate_width);
+    const int t = static_cast<int>(sh.error_code / code_stride);
+    const int col = static_cast<int>(sh.error_code % code_stride);
+    const int64_t tok = k.c * s.C + t;
+    uint64_t bits;
+    if (col < W) {
+        bits = static_cast<uint64_t>(load_id(a.k_idx, s.idx64, tok * W + col));
+    } else if (col < WR) {
+        bits = static_cast<uint64_t>(load_id(a.q_idx, s.idx64, tok * R + (col - W)));
+    } else {
+        bits = f32_bits(a.g[tok * s.gate_width + (col - WR)]);
+    }
+    a.chunk_value[k.c] = bits;
+    atomicMin(&a.status->key,
+              static_cast<unsigned long long>(k.c) << kStatusCodeBits | sh.error_code);
+}
+
+}  // namespace cuda
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_KERNELS_STAGE_LOAD_CUH

@@ -1,0 +1,75 @@
+// Stage "sort": the chunk's sort keys in ascending order. Keys are distinct, so any correct
+// sort gives the stable order by slot. Each tile of kTile keys is sorted on chip (CUB's block
+// radix sort, on the key's significant bits only); longer rows are completed by merge rounds
+// in which every key finds its output place by a binary search in the other run.
+#ifndef SDM_P1_KERNELS_STAGE_SORT_CUH
+#define SDM_P1_KERNELS_STAGE_SORT_CUH
+
+#include <cub/block/block_radix_sort.cuh>
+
+#include "chunk_context.cuh"
+
+namespace sdm_p1 {
+namespace cuda {
+
+using BlockSort = cub::BlockRadixSort<uint64_t, kThreads, kItems>;
+
+// Keys of `run` below `key`, in the ascending run [base, base + len).
+__device__ inline int count_below(const uint64_t* base, int len, uint64_t key) {
+    int lo = 0, hi = len;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (base[mid] < key) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+// Sorts keys[0, n); returns where the sorted keys are: keys or keys + n.
+__device__ inline uint64_t* sort_entries(const KernelArgs& a, const Chunk& k, uint64_t* keys,
+                                         typename BlockSort::TempStorage& temp) {
+    const int n = k.n;
+    for (int base = 0; base < n; base += kTile) {
+        uint64_t item[kItems];
+#pragma unroll
+        for (int i = 0; i < kItems; ++i) {
+            const int r = base + threadIdx.x * kItems + i;
+            // Past the row: the largest key; the sort is stable, so these stay last.
+            item[i] = r < n ? keys[r] : ~uint64_t{0};
+        }
+        BlockSort(temp).Sort(item, 0, a.key_bits);
+#pragma unroll
+        for (int i = 0; i < kItems; ++i) {
+            const int r = base + threadIdx.x * kItems + i;
+            if (r < n) keys[r] = item[i];
+        }
+        __syncthreads();   // temp is reused by the next tile
+    }
+    uint64_t* src = keys;
+    uint64_t* dst = keys + n;
+    for (int run = kTile; run < n; run *= 2) {
+        for (int x = threadIdx.x; x < n; x += blockDim.x) {
+            const int start = x / (2 * run) * (2 * run);
+            const int len_a = min(run, n - start);
+            const int len_b = max(0, min(run, n - start - len_a));
+            const uint64_t key = src[x];
+            const int own = x - start;
+            const int out = own < len_a ? own + count_below(src + start + len_a, len_b, key)
+                                        : (own - len_a) + count_below(src + start, len_a, key);
+            dst[start + out] = key;
+        }
+        __syncthreads();
+        uint64_t* t = src;
+        src = dst;
+        dst = t;
+    }
+    return src;
+}
+
+}  // namespace cuda
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_KERNELS_STAGE_SORT_CUH

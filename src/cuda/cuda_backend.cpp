@@ -1,0 +1,178 @@
+#include "cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "../errors.h"
+#include "../input_error.h"
+
+namespace sdm_p1 {
+namespace cuda {
+
+namespace {
+
+void check(cudaError_t e, const char* call) {
+    if (e != cudaSuccess) {
+        fail(SDM_P1_ERROR_CUDA, call, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+    }
+}
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+int device_alloc(void*, void** ptr, size_t bytes, void*) {
+    return cudaMalloc(ptr, bytes) == cudaSuccess ? 0 : 1;
+}
+
+void device_free(void*, void* ptr, size_t, void*) { cudaFree(ptr); }
+
+const char* memory_kind(cudaMemoryType t) {
+    switch (t) {
+        case cudaMemoryTypeHost: return "page-locked host memory";
+        case cudaMemoryTypeDevice: return "device memory";
+        case cudaMemoryTypeManaged: return "managed memory";
+        default: return "host memory";
+    }
+}
+
+KernelShape kernel_shape(const Options& o) {
+    KernelShape s{};
+    s.N = o.N;
+    s.C = o.C;
+    s.W = o.W;
+    s.R = o.R;
+    s.P = o.P;
+    s.stream_offset = o.stream_offset;
+    s.num_keys = o.num_keys;
+    s.valid_last = o.valid_last;
+    s.gate_width = o.gate_width;
+    s.rec_tile = o.rec_tile;
+    s.idx64 = o.idx64;
+    s.bf16 = o.bf16;
+    return s;
+}
+
+KernelOutputs kernel_outputs(const OutputBuffers& b) {
+    return KernelOutputs{b.a,       b.qk,      b.log_k,   b.log_q,     b.rex,    b.cpe,     b.is_last,
+                         b.is_only, b.k_eff,   b.q_w,     b.payload,   b.pos_k,  b.pos_q,   b.q_last,
+                         b.q_only,  b.spay_k,  b.spay_q,  b.spay_rank, b.krec,   b.kspa,    b.qrec,
+                         b.tiles_k, b.tiles_q, b.segb_k,  b.dc_kpos,   b.dc_bpre, b.qrec8,  b.repeats};
+}
+
+}  // namespace
+
+int device_count(std::string* why) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();   // not sticky: leave no error behind for the caller's next check
+        if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+        return 0;
+    }
+    if (count == 0 && why) *why = "no CUDA device";
+    return count;
+}
+
+DeviceGuard::DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) {
+        check(cudaSetDevice(device), "cudaSetDevice");
+        changed_ = true;
+    }
+}
+
+DeviceGuard::~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+}
+
+int resolve_device(int requested) {
+    std::string why;
+    const int count = device_count(&why);
+    if (count == 0) {
+        fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE, "sdm_p1_plan_create: the CUDA backend has no device to run on (", why, ")");
+    }
+    int device = requested;
+    if (device == SDM_P1_UNSET) check(cudaGetDevice(&device), "cudaGetDevice");
+    if (device < 0 || device >= count) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.device = ", requested, ": this machine has ",
+             count, " CUDA device(s)");
+    }
+    return device;
+}
+
+Prepared prepare(const Options& o, size_t output_bytes) {
+    Prepared p;
+    const int e = configure(kernel_shape(o), o.device, output_bytes, &p.config);
+    check(static_cast<cudaError_t>(e), "configuring the Phase 1 kernel");
+    p.status_offset = 0;
+    p.value_offset = align256(sizeof(DeviceStatus));
+    p.scratch_offset = p.value_offset + align256(static_cast<size_t>(o.N) * sizeof(uint64_t));
+    p.workspace_bytes = p.scratch_offset + static_cast<size_t>(p.config.grid) * p.config.scratch_per_block;
+    return p;
+}
+
+void init_workspace(const Prepared& p, void* workspace) {
+    check(cudaMemset(static_cast<char*>(workspace) + p.status_offset, 0xFF, sizeof(DeviceStatus)), "cudaMemset");
+}
+
+sdm_p1_allocator default_allocator() { return sdm_p1_allocator{nullptr, device_alloc, device_free}; }
+
+void require_device_pointer(const void* p, int device, const char* what) {
+    cudaPointerAttributes attr{};
+    const cudaError_t e = cudaPointerGetAttributes(&attr, p);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", what, " is not memory CUDA knows (",
+             cudaGetErrorString(e), "); a CUDA plan needs device memory of device ", device);
+    }
+    const bool on_device = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+    if (!on_device || attr.device != device) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", what, " is ", memory_kind(attr.type),
+             on_device ? " of device " : "", on_device ? std::to_string(attr.device) : std::string(),
+             "; a CUDA plan needs device memory of device ", device);
+    }
+}
+
+void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in, const OutputBuffers& out,
+             void* workspace, void* stream) {
+    char* ws = static_cast<char*>(workspace);
+    const int e = launch(kernel_shape(o), p.config, in.k_idx, in.q_idx, in.k_val, in.q_val, in.g,
+                         out.kspa ? in.beta : nullptr, kernel_outputs(out), ws + p.scratch_offset,
+                         reinterpret_cast<DeviceStatus*>(ws + p.status_offset),
+                         reinterpret_cast<uint64_t*>(ws + p.value_offset), stream);
+    check(static_cast<cudaError_t>(e), "launching the Phase 1 kernel");
+}
+
+void check_status(const Options& o, const Prepared& p, void* workspace) {
+    char* ws = static_cast<char*>(workspace);
+    DeviceStatus status{};
+    check(cudaMemcpy(&status, ws + p.status_offset, sizeof status, cudaMemcpyDeviceToHost),
+          "cudaMemcpy (reading the data check)");
+    if (status.key == ~0ull) return;
+    const int64_t c = static_cast<int64_t>(status.key >> kStatusCodeBits);
+    const uint32_t code = static_cast<uint32_t>(status.key & ((1u << kStatusCodeBits) - 1u));
+    uint64_t bits = 0;
+    check(cudaMemcpy(&bits, ws + p.value_offset + static_cast<size_t>(c) * sizeof(uint64_t), sizeof bits,
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy (reading the data check)");
+    const int WR = o.W + o.R;
+    const uint32_t stride = static_cast<uint32_t>(WR + o.gate_width);
+    InputError err{};
+    err.found = true;
+    err.token = static_cast<int>(code / stride);
+    const int col = static_cast<int>(code % stride);
+    if (col < WR) {
+        err.is_q = col >= o.W;
+        err.lane = err.is_q ? col - o.W : col;
+        err.id = static_cast<int64_t>(bits);
+    } else {
+        err.gate = true;
+        err.lane = col - WR;
+        uint32_t g = static_cast<uint32_t>(bits);
+        memcpy(&err.gate_value, &g, sizeof g);
+    }
+    report_input_error(o, c, err);
+}
+
+}  // namespace cuda
+}  // namespace sdm_p1

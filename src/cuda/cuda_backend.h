@@ -1,0 +1,72 @@
+// The CUDA backend's host side: devices, plan preparation, the pointer checks and the launch
+// of execute, and the device-side data check read back by sdm_p1_execute_status.
+#ifndef SDM_P1_CUDA_BACKEND_H
+#define SDM_P1_CUDA_BACKEND_H
+
+#include <cstddef>
+#include <string>
+
+#include "../../kernels/launch.h"
+#include "../options.h"
+#include "../outputs.h"
+#include "sdm/phase1.h"
+
+namespace sdm_p1 {
+namespace cuda {
+
+// Devices the backend can use; 0 (with the runtime's reason in *why) when there is no driver
+// or no device. Never throws.
+int device_count(std::string* why);
+
+// Makes `device` current for its lifetime and restores the caller's current device after.
+class DeviceGuard {
+public:
+    explicit DeviceGuard(int device);
+    ~DeviceGuard();
+    DeviceGuard(const DeviceGuard&) = delete;
+    DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+private:
+    int previous_ = -1;
+    bool changed_ = false;
+};
+
+// What a CUDA plan fixed at creation: its device, the kernel's launch configuration and
+// where its parts lie in the workspace.
+struct Prepared {
+    LaunchConfig config{};
+    size_t status_offset = 0;   // DeviceStatus
+    size_t value_offset = 0;    // uint64[N] bits of each chunk's first bad value
+    size_t scratch_offset = 0;  // global scratch of the blocks (config), if any
+    size_t workspace_bytes = 0;
+};
+
+// The device the plan runs on: desc's, or the current one (SDM_P1_UNSET); throws
+// BACKEND_UNAVAILABLE (no device) or INVALID_ARGUMENT (no such device).
+int resolve_device(int requested);
+
+// Chooses the launch configuration and the workspace layout; `output_bytes` bounds the
+// global scratch. The plan's device must be current.
+Prepared prepare(const Options& o, size_t output_bytes);
+
+// Clears the plan's data check (at creation: a plan never executed reports success).
+void init_workspace(const Prepared& p, void* workspace);
+
+// cudaMalloc / cudaFree.
+sdm_p1_allocator default_allocator();
+
+// Throws INVALID_ARGUMENT unless p is device memory of `device` (what: the field's name).
+void require_device_pointer(const void* p, int device, const char* what);
+
+// Enqueues the plan's work on `stream`; the plan's device must be current.
+void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in,
+             const OutputBuffers& out, void* workspace, void* stream);
+
+// Reads the data check of the last execute (the caller has synchronized): returns normally
+// when the data were good, else throws INVALID_INPUT with the CPU backend's message.
+void check_status(const Options& o, const Prepared& p, void* workspace);
+
+}  // namespace cuda
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_CUDA_BACKEND_H
