@@ -22,9 +22,9 @@ ENV_VAR = "SDMP1_LIBRARY"
 #: preprocessor logic.
 CDEF = r"""
 #define SDM_P1_VERSION_MAJOR 1
-#define SDM_P1_VERSION_MINOR 0
+#define SDM_P1_VERSION_MINOR 1
 #define SDM_P1_VERSION_PATCH 0
-#define SDM_P1_VERSION_NUMBER 10000
+#define SDM_P1_VERSION_NUMBER 10100
 
 unsigned sdm_p1_version_number(void);
 const char* sdm_p1_version_string(void);
@@ -174,6 +174,9 @@ typedef struct sdm_p1_inputs {
 
 sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
                              void* const* outputs, int32_t count, void* stream);
+
+sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan);
+sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
 """
 
 #: The library major version this binding speaks.
