@@ -12,6 +12,8 @@
 
 // The C names are kept as they are.
 #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case)]
+// The docs are the header's C comments, where `a[i]` is indexing, not a rustdoc link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 mod bindings {
     include!("bindings.rs");

@@ -13,9 +13,15 @@ fn loaded_library_has_the_header_major_version() {
 #[test]
 fn initializers_match_the_header_defaults() {
     let desc = sys::desc_initializer();
-    assert_eq!(desc.struct_size as usize, std::mem::size_of::<sys::sdm_p1_desc>());
+    assert_eq!(
+        desc.struct_size as usize,
+        std::mem::size_of::<sys::sdm_p1_desc>()
+    );
     assert_eq!(desc.magic, 0x5344_5031);
     assert_eq!(desc.valid_last, -1);
     let inputs = sys::inputs_initializer();
-    assert_eq!(inputs.struct_size as usize, std::mem::size_of::<sys::sdm_p1_inputs>());
+    assert_eq!(
+        inputs.struct_size as usize,
+        std::mem::size_of::<sys::sdm_p1_inputs>()
+    );
 }
