@@ -83,6 +83,33 @@ main_job() {
     step "example: examples/phase1_numpy.py through the Python package"
     SDMP1_LIBRARY="$build/libsdmp1.so" PYTHONPATH="$root/bindings/python" \
         "$python" "$root/examples/phase1_numpy.py"
+    step "example: examples/phase1_rust.rs through the Rust crate sdm-phase1"
+    rust_cargo run --offline --quiet --example phase1_rust
+}
+
+# cargo in bindings/rust, linking the library of "$build" (rustup's cargo may sit in
+# ~/.cargo/bin, outside PATH).
+rust_cargo() {
+    command -v cargo >/dev/null 2>&1 || PATH="$HOME/.cargo/bin:$PATH"
+    (cd "$root/bindings/rust" && SDMP1_LIB_DIR="$build" cargo "$@")
+}
+
+# The Rust crates: tests (with the check that the committed bindings are what bindgen makes
+# of the header, so the bindgen CLI is installed where missing), clippy and rustfmt.
+rust_tests() {
+    if ! command -v bindgen >/dev/null 2>&1; then
+        if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+            echo "run.sh: missing bindgen; install it (Debian: apt-get install bindgen)" >&2
+            exit 1
+        fi
+        step "installing Debian packages: bindgen"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindgen
+    fi
+    step "Rust tests (cargo test), clippy and rustfmt in bindings/rust"
+    rust_cargo test --offline
+    rust_cargo clippy --offline --all-targets -- -D warnings
+    rust_cargo fmt --check
 }
 
 test_job() {
@@ -113,6 +140,7 @@ test_job() {
     meson_cmd test -C "$build" --print-errorlogs
     step "Python tests (pytest)"
     SDMP1_LIBRARY="$build/libsdmp1.so" "$python" -m pytest -q "$root/bindings/python/tests"
+    rust_tests
     if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
         sanitized_tests
     fi
