@@ -1,10 +1,17 @@
 """sdm_phase1: Python binding of libsdmp1, Phase 1 of the chunked Sparse Delta Memory recurrence.
 
 ``phase1_forward(...)`` keeps the signature and results of the spec's function
-(sparse-delta-memory, ``phase1_forward``) on NumPy arrays (CPU backend); :class:`Plan` reuses
-one plan over many calls of the same shapes. The library is loaded through cffi (ABI mode)
-from, in order: the file named by ``SDMP1_LIBRARY``; the source tree's ``build/libsdmp1.so``;
-the system's ``libsdmp1.so.1``.
+(sparse-delta-memory, ``phase1_forward``). NumPy arrays run on the CPU backend; PyTorch, CuPy
+and JAX tensors on a GPU run on the CUDA backend of their device, on the framework's current
+stream, asynchronously, with outputs allocated by the framework (plans are cached per shape,
+options, device and stream). Device-side data errors surface with ``check=True`` or at the
+next :func:`synchronize`. :class:`Plan` reuses one CPU plan over many calls.
+``sdm_phase1.torch_ops`` registers the PyTorch operator ``torch.ops.sdm_phase1.phase1_forward``
+(for ``torch.compile``); only that module imports torch.
+
+The library is loaded through cffi (ABI mode) from, in order: the file named by
+``SDMP1_LIBRARY``; the source tree's ``build/libsdmp1.so``; the system's ``libsdmp1.so.1``.
+``python -m sdm_phase1`` reports the library, its backends and the GPUs it sees.
 """
 
 from ._bf16 import bf16_from_float32, bf16_to_float32
@@ -34,14 +41,17 @@ from ._constants import (
 )
 from ._errors import Phase1Error
 from ._forward import phase1_forward
+from ._gpu import clear_plan_cache, cuda_device_count, plan_cache_info, synchronize
 from ._library import ffi as _ffi
 from ._library import lib as _lib
 from ._library import library_path
 from ._plan import Plan
 from ._types import Phase1
 
-#: The loaded library's version string ("1.0.0").
+#: The loaded library's version string, e.g. "1.1.0".
 __version__ = _ffi.string(_lib.sdm_p1_version_string()).decode()
+#: The version of this Python package (its pyproject.toml).
+binding_version = "1.1.0"
 
 
 def version_number() -> int:
@@ -51,6 +61,7 @@ def version_number() -> int:
 
 __all__ = [
     "phase1_forward", "Plan", "Phase1", "Phase1Error", "library_path", "version_number",
+    "synchronize", "plan_cache_info", "clear_plan_cache", "cuda_device_count", "binding_version",
     "bf16_from_float32", "bf16_to_float32", "pos_pack",
     "DET_POS", "DET_SPAY_RANK", "DET_FLAGS", "DET_SPAY_K", "DET_SPAY_Q", "DET_KREC", "DET_KSPA",
     "DET_QREC", "DET_TILES", "DET_DC_GIDX", "DET_QREC8", "DET_SHIPPED", "DET_RECORDS",

@@ -1,9 +1,8 @@
 """Input arrays: checks the library cannot make (array-ness, ndim, dtype) and the conversion
 of host (NumPy) arrays into C-contiguous, aligned buffers with their sdm_p1_dtype codes.
 
-Only host memory is handled for now (the CPU backend). Device tensors (DLPack,
-``__cuda_array_interface__``) are detected and refused here; a device path would add a
-sibling of :class:`HostInputs` that yields device pointers and a stream.
+Host memory only (the CPU backend); GPU tensors take the device path (_gpu.py and the
+framework modules) before reaching here, so a GPU array met here is mixed with host arrays.
 """
 
 from __future__ import annotations
@@ -54,9 +53,10 @@ def _host_array(name: str, x, ndim: int, layout: str) -> np.ndarray:
         hasattr(x, "__cuda_array_interface__")
         or (hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] != 1)
     ):
-        raise NotImplementedError(
-            f"{name}: device (GPU) arrays are not supported by this version of sdm_phase1; "
-            "pass NumPy arrays (CPU backend)"
+        raise ValueError(
+            f"{name} is a GPU array where host (NumPy) arrays are expected: every input of a call "
+            "must be on one device, and sdm_phase1.Plan takes host arrays only (phase1_forward "
+            "takes GPU tensors)"
         )
     try:
         arr = np.asarray(x)

@@ -1,47 +1,41 @@
-"""`phase1_forward`: the spec's entry point over a one-shot Plan."""
+"""`phase1_forward`: the spec's entry point. NumPy arrays run on the CPU backend over a one-shot
+Plan; PyTorch, CuPy and JAX GPU tensors run on the CUDA backend over cached plans."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from ._arrays import HostInputs, prepare_inputs
+import numpy as np
+
+from ._arrays import prepare_inputs
+from ._checks import check_agreement
 from ._constants import DET_RECORDS, DET_SHIPPED
-from ._plan import Plan
+from ._plan import Plan, backend_code
 from ._types import Phase1
 
-__all__ = ["phase1_forward"]
+__all__ = ["phase1_forward", "framework_of"]
+
+_KDL_CPU = 1
 
 
-def _check_agreement(x: HostInputs) -> None:
-    """Every array's shape must agree with k_idx's [N, C, W] and q_idx's R (the library only
-    sees the shapes we derive from k_idx, q_idx and g)."""
-    N, C, W = x.k_idx.shape
-    R = x.q_idx.shape[2]
-    kshape = x.k_idx.shape
-
-    def need(name, arr, ok, what):
-        if not ok:
-            raise ValueError(
-                f"{name} has shape {arr.shape}, which does not agree with k_idx's shape {kshape}"
-                f"{what}: {name} must be {_fmt(name, N, C, W, R)}"
-            )
-
-    need("q_idx", x.q_idx, x.q_idx.shape[:2] == (N, C), "")
-    need("k_val", x.k_val, x.k_val.shape == (N, C, W), "")
-    need("q_val", x.q_val, x.q_val.shape == (N, C, R), f" and q_idx's shape {x.q_idx.shape}")
-    need("g", x.g, x.g.shape[:2] == (N, C), "")
-    if x.beta is not None:
-        need("beta", x.beta, x.beta.shape == (N, C), "")
-
-
-def _fmt(name, N, C, W, R):
-    return {
-        "q_idx": f"[N, C, R] = ({N}, {C}, R)",
-        "k_val": f"[N, C, W] = ({N}, {C}, {W})",
-        "q_val": f"[N, C, R] = ({N}, {C}, {R})",
-        "g": f"[N, C, 1] or [N, C, W] = ({N}, {C}, 1) or ({N}, {C}, {W})",
-        "beta": f"[N, C] = ({N}, {C})",
-    }[name]
+def framework_of(x) -> Optional[str]:
+    """"torch", "cupy" or "jax" for a tensor of those frameworks that the device path takes
+    (torch tensors on any device, CuPy arrays, JAX arrays on a GPU); "other" for another GPU
+    array; None for host arrays (NumPy, lists, JAX CPU arrays), which the CPU path takes."""
+    if isinstance(x, np.ndarray) or x is None:
+        return None
+    root = type(x).__module__.partition(".")[0]
+    if root == "torch":
+        return "torch"
+    if root == "cupy":
+        return "cupy"
+    dl_device = getattr(x, "__dlpack_device__", None)
+    on_gpu = hasattr(x, "__cuda_array_interface__") or (
+        dl_device is not None and dl_device()[0] != _KDL_CPU
+    )
+    if not on_gpu:
+        return None
+    return "jax" if root in ("jax", "jaxlib") else "other"
 
 
 def phase1_forward(
@@ -62,20 +56,31 @@ def phase1_forward(
     det_fields: Optional[int] = None,
     backend: Optional[str] = None,
     num_threads: Optional[int] = None,
+    check: bool = False,
 ) -> Phase1:
     """Phase 1 of N = num_parallel * steps time-major chunks (the spec's ``phase1_forward``).
+
+    Where it runs follows the arrays: NumPy arrays (and other host arrays) on the CPU backend;
+    PyTorch, CuPy or JAX tensors on a GPU on the CUDA backend of their device, on that
+    framework's current stream (PyTorch: ``torch.cuda.current_stream(device)``; CuPy:
+    ``cupy.cuda.get_current_stream()``; JAX: the device's stream for external work, which
+    JAX orders before and after its own), without a host synchronization and without copying
+    the inputs. Results come back in the inputs' framework, in buffers that framework
+    allocated. PyTorch CPU tensors run on the CPU backend and come back as CPU tensors.
 
     Args:
         k_idx, q_idx: [N, C, W] / [N, C, R] int32 or int64 slot ids (same dtype). Chunk c
             belongs to stream c % num_parallel, whose ids lie in [s * stream_offset,
             s * stream_offset + num_keys). A token's K slots are normally distinct.
-        k_val, q_val: [N, C, W] / [N, C, R] weights: float32, or bfloat16 given as uint16
-            arrays of bfloat16 bits (see :func:`bf16_from_float32`) or as arrays of a dtype
-            named 'bfloat16' (ml_dtypes, JAX), whose bits are passed through.
+        k_val, q_val: [N, C, W] / [N, C, R] weights: float32 or bfloat16 (torch.bfloat16,
+            jnp.bfloat16, a NumPy dtype named 'bfloat16' such as ml_dtypes', or uint16 arrays
+            of bfloat16 bits for NumPy and CuPy, see :func:`bf16_from_float32`).
         g: [N, C, 1] or [N, C, W] float32 log-gates (per token or per write): finite, of
             magnitude below 2**22 for valid tokens.
-        repeats: None, or an int64 NumPy array of shape [1], incremented in place by the
-            number of K entries that repeat a slot already written by their token.
+        repeats: None, or a one-element int64 array of the inputs' kind and device (NumPy,
+            torch, CuPy), incremented in place (on the stream, for GPU tensors) by the number of
+            K entries that repeat a slot already written by their token. JAX arrays are
+            immutable: pass None.
         num_parallel: the number of streams; divides N.
         stream_offset, num_keys: stream s owns the ids [s * stream_offset, s * stream_offset
             + num_keys).
@@ -87,36 +92,70 @@ def phase1_forward(
         rec_tile: tile length of tiles_k / tiles_q / segb_k; <= 0: 128.
         det_fields: DET_* bits of the optional outputs. Default: DET_SHIPPED, plus
             DET_KREC | DET_KSPA | DET_QREC | DET_TILES when beta is given.
-        backend: None or "cpu" for NumPy arrays; "cuda" is passed to the library (device
-            arrays are not supported by this version, so it fails).
+        backend: None (follow the arrays), "cpu" (host arrays only) or "cuda" (GPU tensors;
+            with NumPy arrays the library refuses the call).
         num_threads: CPU worker threads; None: the hardware's count. Results do not depend
-            on it.
+            on it. Ignored on a GPU.
+        check: GPU tensors only: wait for the stream, then raise the device-side data check's
+            :class:`Phase1Error` (ids out of range, bad gates) at this call. Off by default so
+            the call stays asynchronous; such errors then surface at the next
+            :func:`sdm_phase1.synchronize`. The CPU backend always raises them at once.
 
     Returns:
-        A :class:`Phase1` of fresh NumPy arrays (value-dtype fields in k_val's dtype).
+        A :class:`Phase1` of fresh arrays of the inputs' framework (value-dtype fields in
+        k_val's dtype). Fields not requested are None, except is_last / is_only and the record
+        fields (empty arrays), as in the spec.
 
     Raises:
-        ValueError: an input is not an array of the right ndim/dtype, or the shapes disagree.
+        TypeError, ValueError: an input is not an array of the right kind, rank, dtype, device
+            or contiguity (GPU inputs are read in place: non-contiguous ones are refused), or
+            the shapes disagree.
         Phase1Error: the library refused the call (limits, options, ids out of range,
             non-finite or too large gates, kspa without beta, ...); ``.status`` names it.
     """
+    framework = framework_of(k_idx)
+    if framework is not None:
+        on_gpu = framework != "torch" or k_idx.device.type == "cuda"
+        if backend is not None and backend_code(backend) != backend_code("cuda" if on_gpu else "cpu"):
+            where = "a GPU tensor (backend 'cuda')" if on_gpu else "a CPU tensor (backend 'cpu')"
+            raise ValueError(f"backend={backend!r}, but k_idx is {where}")
+        kw = dict(num_parallel=num_parallel, stream_offset=stream_offset, num_keys=num_keys,
+                  valid_last=valid_last, need_read_groups=need_read_groups, beta=beta,
+                  rec_tile=rec_tile, det_fields=det_fields, check=check)
+        if framework == "torch":
+            from ._torch_impl import forward
+        elif framework == "cupy":
+            from ._cupy_impl import forward
+        elif framework == "jax":
+            from ._jax_impl import forward
+        else:
+            raise TypeError(
+                f"k_idx is a GPU array of type {type(k_idx).__module__}.{type(k_idx).__name__}; "
+                "sdm_phase1 takes PyTorch, CuPy and JAX tensors on a GPU: wrap others without a "
+                "copy first (torch.from_dlpack(x) or cupy.asarray(x))"
+            )
+        return forward(k_idx, q_idx, k_val, q_val, g, repeats, **kw)
+
     x = prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta)
-    _check_agreement(x)
-    N, C, W = x.k_idx.shape
+    shapes = {"k_idx": x.k_idx.shape, "q_idx": x.q_idx.shape, "k_val": x.k_val.shape,
+              "q_val": x.q_val.shape, "g": x.g.shape}
+    if x.beta is not None:
+        shapes["beta"] = x.beta.shape
+    N, C, W, R, gate_width = check_agreement(shapes)
     if det_fields is None:
         det_fields = DET_SHIPPED | (DET_RECORDS if beta is not None else 0)
     with Plan(
         N=N,
         C=C,
         W=W,
-        R=x.q_idx.shape[2],
+        R=R,
         num_parallel=num_parallel,
         stream_offset=stream_offset,
         num_keys=num_keys,
         valid_last=valid_last,
         index_dtype=x.k_idx.dtype,
         value_dtype=x.k_val.dtype,
-        gate_width=x.g.shape[2],
+        gate_width=gate_width,
         need_read_groups=need_read_groups,
         det_fields=det_fields,
         rec_tile=rec_tile if rec_tile > 0 else 0,

@@ -15,7 +15,7 @@ from ._errors import check
 from ._library import ffi, lib
 from ._types import DTYPES, FIELDS, Phase1, not_requested
 
-__all__ = ["Plan", "backend_code"]
+__all__ = ["Plan", "backend_code", "desc_values", "create_plan"]
 
 _BACKENDS = {
     None: lib.SDM_P1_BACKEND_CPU,
@@ -46,6 +46,80 @@ def _int(name: str, value) -> int:
 
 def _shape_error(name: str, got, want_desc: str, want) -> ValueError:
     return ValueError(f"{name} has shape {tuple(got)}, but the plan needs {want_desc} = {tuple(want)}")
+
+
+def desc_values(*, N, C, W, R, num_parallel, stream_offset, num_keys, valid_last, index_dtype,
+                value_dtype, gate_width, need_read_groups, det_fields, rec_tile, backend, device,
+                num_threads) -> dict:
+    """The sdm_p1_desc fields (output_mode CALLER) from Python values; dtypes and backend
+    given as their C codes. Raises TypeError for a non-integer."""
+    return {
+        "N": _int("N", N),
+        "C": _int("C", C),
+        "W": _int("W", W),
+        "R": _int("R", R),
+        "num_parallel": _int("num_parallel", num_parallel),
+        "stream_offset": _int("stream_offset", stream_offset),
+        "num_keys": _int("num_keys", num_keys),
+        "valid_last": lib.SDM_P1_UNSET if valid_last is None else _int("valid_last", valid_last),
+        "index_dtype": index_dtype,
+        "value_dtype": value_dtype,
+        "gate_width": _int("gate_width", gate_width),
+        "need_read_groups": 1 if need_read_groups else 0,
+        "det_fields": DET_SHIPPED if det_fields is None else _int("det_fields", det_fields),
+        "rec_tile": max(0, _int("rec_tile", rec_tile)),
+        "backend": backend,
+        "device": lib.SDM_P1_UNSET if device is None else _int("device", device),
+        "num_threads": 0 if num_threads is None else _int("num_threads", num_threads),
+        "output_mode": lib.SDM_P1_OUTPUTS_CALLER,
+    }
+
+
+def _new_desc():
+    desc = ffi.new("sdm_p1_desc*")
+    desc.struct_size = ffi.sizeof("sdm_p1_desc")
+    desc.magic = lib.SDM_P1_DESC_MAGIC
+    desc.version = lib.SDM_P1_VERSION_NUMBER
+    return desc
+
+
+def create_plan(values: dict, allocator=None):
+    """Creates a plan from :func:`desc_values`; returns (handle, resolved options, views).
+
+    ``allocator``: an ``sdm_p1_allocator*`` or None (the library's). ``views`` has one entry
+    per field id: None when not computed, else (name, sdm_p1_dtype, shape, bytes).
+    Raises ValueError (a value outside its C field) or :class:`Phase1Error`.
+    """
+    desc = _new_desc()
+    for name, value in values.items():
+        try:
+            setattr(desc, name, value)
+        except OverflowError:
+            raise ValueError(f"{name}={value} is out of the range of its C field") from None
+    if allocator is not None:
+        desc.allocator = allocator[0]
+    handle = ffi.new("sdm_p1_plan**")
+    check("sdm_p1_plan_create", lib.sdm_p1_plan_create(handle, desc))
+    plan = handle[0]
+    try:
+        resolved = _new_desc()
+        check("sdm_p1_plan_desc", lib.sdm_p1_plan_desc(plan, resolved))
+        options = {name: int(getattr(resolved, name)) for name in _DESC_OPTIONS}
+        count = lib.SDM_P1_FIELD_COUNT
+        raw = ffi.new("sdm_p1_tensor[]", count)
+        check("sdm_p1_outputs", lib.sdm_p1_outputs(plan, raw, count))
+    except BaseException:
+        lib.sdm_p1_plan_destroy(plan)
+        raise
+    views = []
+    for f in range(count):
+        v = raw[f]
+        if not v.requested:
+            views.append(None)
+            continue
+        shape = tuple(int(v.shape[d]) for d in range(v.ndim))
+        views.append((ffi.string(v.name).decode(), int(v.dtype), shape, int(v.bytes)))
+    return plan, options, views
 
 
 class Plan:
@@ -98,60 +172,14 @@ class Plan:
         self._plan = None
         self._lib = lib  # kept for __del__ during interpreter shutdown
         self._lock = threading.Lock()
-        desc = ffi.new("sdm_p1_desc*")
-        desc.struct_size = ffi.sizeof("sdm_p1_desc")
-        desc.magic = lib.SDM_P1_DESC_MAGIC
-        desc.version = lib.SDM_P1_VERSION_NUMBER
-        values = {
-            "N": _int("N", N),
-            "C": _int("C", C),
-            "W": _int("W", W),
-            "R": _int("R", R),
-            "num_parallel": _int("num_parallel", num_parallel),
-            "stream_offset": _int("stream_offset", stream_offset),
-            "num_keys": _int("num_keys", num_keys),
-            "valid_last": lib.SDM_P1_UNSET if valid_last is None else _int("valid_last", valid_last),
-            "index_dtype": index_dtype_code(index_dtype),
-            "value_dtype": value_dtype_code(value_dtype),
-            "gate_width": _int("gate_width", gate_width),
-            "need_read_groups": 1 if need_read_groups else 0,
-            "det_fields": DET_SHIPPED if det_fields is None else _int("det_fields", det_fields),
-            "rec_tile": max(0, _int("rec_tile", rec_tile)),
-            "backend": backend_code(backend),
-            "device": lib.SDM_P1_UNSET if device is None else _int("device", device),
-            "num_threads": 0 if num_threads is None else _int("num_threads", num_threads),
-            "output_mode": lib.SDM_P1_OUTPUTS_CALLER,
-        }
-        for name, value in values.items():
-            try:
-                setattr(desc, name, value)
-            except OverflowError:
-                raise ValueError(f"{name}={value} is out of the range of its C field") from None
-        handle = ffi.new("sdm_p1_plan**")
-        check("sdm_p1_plan_create", lib.sdm_p1_plan_create(handle, desc))
-        self._plan = handle[0]
-
-        resolved = ffi.new("sdm_p1_desc*")
-        resolved.struct_size = ffi.sizeof("sdm_p1_desc")
-        resolved.magic = lib.SDM_P1_DESC_MAGIC
-        resolved.version = lib.SDM_P1_VERSION_NUMBER
-        check("sdm_p1_plan_desc", lib.sdm_p1_plan_desc(self._plan, resolved))
-        self._desc = {name: int(getattr(resolved, name)) for name in _DESC_OPTIONS}
-
-        count = lib.SDM_P1_FIELD_COUNT
-        views = ffi.new("sdm_p1_tensor[]", count)
-        check("sdm_p1_outputs", lib.sdm_p1_outputs(self._plan, views, count))
-        # Per field id: (name, NumPy dtype, shape) when requested, else None.
-        self._views = []
-        for f in range(count):
-            v = views[f]
-            if not v.requested:
-                self._views.append(None)
-                continue
-            shape = tuple(int(v.shape[d]) for d in range(v.ndim))
-            dtype = DTYPES[v.dtype]
-            assert dtype.itemsize * int(np.prod(shape)) == v.bytes, "view size disagrees"
-            self._views.append((ffi.string(v.name).decode(), dtype, shape))
+        values = desc_values(
+            N=N, C=C, W=W, R=R, num_parallel=num_parallel, stream_offset=stream_offset,
+            num_keys=num_keys, valid_last=valid_last, index_dtype=index_dtype_code(index_dtype),
+            value_dtype=value_dtype_code(value_dtype), gate_width=gate_width,
+            need_read_groups=need_read_groups, det_fields=det_fields, rec_tile=rec_tile,
+            backend=backend_code(backend), device=device, num_threads=num_threads,
+        )
+        self._plan, self._desc, self._views = create_plan(values)
 
     # ------------------------------------------------------------------------------------
     @property
@@ -162,7 +190,7 @@ class Plan:
     @property
     def fields(self) -> dict:
         """The outputs the plan computes: name -> (NumPy dtype, shape); bfloat16 as uint16."""
-        return {v[0]: (v[1], v[2]) for v in self._views if v is not None}
+        return {v[0]: (DTYPES[v[1]], v[2]) for v in self._views if v is not None}
 
     @property
     def workspace_size(self) -> int:
@@ -230,7 +258,7 @@ class Plan:
         for f, view in enumerate(self._views):
             if view is None:
                 continue
-            arr = np.empty(view[2], view[1])
+            arr = np.empty(view[2], DTYPES[view[1]])
             buf = ffi.from_buffer(arr)
             keep.append(buf)
             outs[f] = buf

@@ -1,0 +1,91 @@
+"""Input checks that the library cannot make (it sees pointers, not arrays): ranks, dtypes and
+shapes that agree with each other. Shared by the host (NumPy) and device (tensor) paths, so
+both raise the same ValueError messages."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+from ._library import lib
+
+__all__ = ["LAYOUTS", "check_rank", "check_dtypes", "check_agreement"]
+
+#: Rank and layout text of every input.
+LAYOUTS = {
+    "k_idx": (3, "[N, C, W]"),
+    "q_idx": (3, "[N, C, R]"),
+    "k_val": (3, "[N, C, W]"),
+    "q_val": (3, "[N, C, R]"),
+    "g": (3, "[N, C, 1] or [N, C, W]"),
+    "beta": (2, "[N, C]"),
+}
+
+_VALUES = "float32, or bfloat16 (uint16 bit patterns or a 'bfloat16' dtype)"
+
+
+def check_rank(name: str, shape: Tuple[int, ...]) -> None:
+    """ValueError unless ``shape`` has the rank of input ``name``."""
+    ndim, layout = LAYOUTS[name]
+    if len(shape) != ndim:
+        raise ValueError(f"{name} must be a {ndim}-D array {layout}, got shape {tuple(shape)}")
+
+
+def check_dtypes(dtypes: Dict[str, str]) -> Tuple[int, int]:
+    """(index dtype code, value dtype code) from the inputs' dtype names ("int32", "int64",
+    "float32", "bfloat16", "uint16" for bfloat16 bits, anything else); ValueError otherwise.
+    ``dtypes`` holds k_idx, q_idx, k_val, q_val, g and, when given, beta."""
+    k, q = dtypes["k_idx"], dtypes["q_idx"]
+    if k not in ("int32", "int64"):
+        raise ValueError(f"k_idx must be int32 or int64, got dtype {k}")
+    if q != k:
+        raise ValueError(f"q_idx must have k_idx's dtype {k}, got {q}")
+    kv, qv = dtypes["k_val"], dtypes["q_val"]
+    bf16 = ("bfloat16", "uint16")
+    if kv == "float32":
+        value = lib.SDM_P1_DTYPE_FLOAT32
+    elif kv in bf16:
+        value = lib.SDM_P1_DTYPE_BFLOAT16
+    else:
+        raise ValueError(f"k_val must be {_VALUES}, got dtype {kv}")
+    if qv != kv and not (kv in bf16 and qv in bf16):
+        raise ValueError(f"q_val must have k_val's dtype {kv}, got {qv}")
+    for name in ("g", "beta"):
+        if name in dtypes and dtypes[name] != "float32":
+            raise ValueError(f"{name} must be float32, got dtype {dtypes[name]}")
+    index = lib.SDM_P1_DTYPE_INT32 if k == "int32" else lib.SDM_P1_DTYPE_INT64
+    return index, value
+
+
+def _want(name: str, N: int, C: int, W: int, R: int) -> str:
+    return {
+        "q_idx": f"[N, C, R] = ({N}, {C}, R)",
+        "k_val": f"[N, C, W] = ({N}, {C}, {W})",
+        "q_val": f"[N, C, R] = ({N}, {C}, {R})",
+        "g": f"[N, C, 1] or [N, C, W] = ({N}, {C}, 1) or ({N}, {C}, {W})",
+        "beta": f"[N, C] = ({N}, {C})",
+    }[name]
+
+
+def check_agreement(shapes: Dict[str, Tuple[int, ...]]) -> Tuple[int, int, int, int, int]:
+    """Every shape must agree with k_idx's [N, C, W] and q_idx's R (the library only sees the
+    shapes derived from k_idx, q_idx and g). Returns (N, C, W, R, gate_width)."""
+    kshape = tuple(shapes["k_idx"])
+    N, C, W = kshape
+    qshape = tuple(shapes["q_idx"])
+    R = qshape[2]
+
+    def need(name: str, ok: bool, what: str = "") -> None:
+        if not ok:
+            raise ValueError(
+                f"{name} has shape {tuple(shapes[name])}, which does not agree with k_idx's shape "
+                f"{kshape}{what}: {name} must be {_want(name, N, C, W, R)}"
+            )
+
+    need("q_idx", qshape[:2] == (N, C))
+    need("k_val", tuple(shapes["k_val"]) == (N, C, W))
+    need("q_val", tuple(shapes["q_val"]) == (N, C, R), f" and q_idx's shape {qshape}")
+    need("g", tuple(shapes["g"])[:2] == (N, C))
+    beta: Optional[Tuple[int, ...]] = shapes.get("beta")
+    if beta is not None:
+        need("beta", tuple(beta) == (N, C))
+    return N, C, W, R, tuple(shapes["g"])[2]

@@ -1,0 +1,103 @@
+"""CuPy arrays: the CUDA backend of the arrays' device, on CuPy's current stream; outputs are
+``cupy.empty`` arrays (CuPy's memory pool, current stream) and each plan's workspace comes
+from the same pool. bfloat16 values are uint16 arrays of bfloat16 bits (CuPy has no bfloat16
+dtype), and cpe, k_eff and q_w come back as such.
+
+Imported only when a CuPy array is passed (this module imports cupy).
+"""
+
+from __future__ import annotations
+
+import cupy
+
+from . import _gpu
+from ._checks import check_agreement, check_dtypes, check_rank
+from ._constants import DET_RECORDS, DET_SHIPPED
+from ._fields import EMPTY_DTYPES, REPEATS
+from ._types import FIELDS, Phase1
+
+__all__ = ["forward"]
+
+#: sdm_p1_dtype code -> NumPy dtype name for cupy (bfloat16 as its uint16 bits).
+_DTYPES = {1: "int8", 2: "int32", 3: "int64", 4: "float32", 5: "uint16"}
+
+
+class _CupyWorkspace(_gpu.Workspace):
+    """A plan's workspace from CuPy's memory pool, allocated on the plan's device and stream."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self.blocks = {}  # pointer -> cupy MemoryPointer, kept until free
+
+    def alloc(self, nbytes: int) -> int:
+        with cupy.cuda.Device(self.device):
+            mem = cupy.cuda.alloc(nbytes)
+        self.blocks[mem.ptr] = mem
+        return mem.ptr
+
+    def free(self, ptr: int) -> None:
+        self.blocks.pop(ptr, None)  # back to the pool, ordered on the stream it came from
+
+    def sync(self) -> None:
+        cupy.cuda.Device(self.device).synchronize()
+
+
+def _check_arrays(arrays: dict, device: int) -> None:
+    for name, a in arrays.items():
+        if not isinstance(a, cupy.ndarray):
+            raise TypeError(f"{name} must be a cupy.ndarray like k_idx, got {type(a).__name__}")
+        if a.device.id != device:
+            raise ValueError(
+                f"{name} is on GPU {a.device.id} but k_idx is on GPU {device}: every array of a "
+                "call must be on one device"
+            )
+        check_rank(name, a.shape)
+        if not a.flags.c_contiguous:
+            raise ValueError(
+                f"{name} is not C-contiguous (shape {a.shape}, strides {a.strides}); sdm_phase1 "
+                f"reads inputs in place: pass cupy.ascontiguousarray({name})"
+            )
+
+
+def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
+            valid_last, need_read_groups, beta, rec_tile, det_fields, check) -> Phase1:
+    """phase1_forward on CuPy arrays (see sdm_phase1.phase1_forward)."""
+    device = k_idx.device.id
+    arrays = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
+    if beta is not None:
+        arrays["beta"] = beta
+    _check_arrays(arrays, device)
+    if repeats is not None and not (
+        isinstance(repeats, cupy.ndarray) and repeats.dtype == cupy.int64 and repeats.size == 1
+        and repeats.device.id == device
+    ):
+        raise ValueError(f"repeats must be None or a one-element int64 cupy array on GPU {device}")
+    index, value = check_dtypes({n: a.dtype.name for n, a in arrays.items()})
+    N, C, W, R, gate_width = check_agreement({n: a.shape for n, a in arrays.items()})
+    if det_fields is None:
+        det_fields = DET_SHIPPED | (DET_RECORDS if beta is not None else 0)
+    options = (N, C, W, R, int(num_parallel), int(stream_offset), int(num_keys), int(valid_last),
+               index, value, gate_width, bool(need_read_groups), int(det_fields), max(0, int(rec_tile)))
+
+    with cupy.cuda.Device(device):
+        stream = cupy.cuda.get_current_stream()
+        plan = _gpu.get_plan("cupy", device, stream.ptr, options, lambda: _CupyWorkspace(device))
+        outs = [cupy.empty(shape, dtype=_DTYPES[dt]) for _, shape, dt in plan.fields]
+        plan.execute(k_idx.data.ptr, q_idx.data.ptr, k_val.data.ptr, q_val.data.ptr, g.data.ptr,
+                     0 if beta is None else beta.data.ptr, [o.data.ptr for o in outs])
+        if check:
+            stream.synchronize()
+            plan.check_status()
+        by_field = [None] * (REPEATS + 1)
+        for (f, _, _), o in zip(plan.fields, outs):
+            by_field[f] = o
+        if repeats is not None:
+            cupy.add(repeats, by_field[REPEATS].reshape(repeats.shape), out=repeats)
+        fields = []
+        for f, name in enumerate(FIELDS):
+            a = by_field[f]
+            if a is None and f in EMPTY_DTYPES:
+                shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
+                a = cupy.empty(shape, dtype=_DTYPES[EMPTY_DTYPES[f]])
+            fields.append(a)
+    return Phase1(*fields)

@@ -1,0 +1,76 @@
+"""Reading a DLPack capsule (``__dlpack__()``) without consuming it: the data pointer, shape,
+dtype and contiguity of the tensor it describes. The capsule stays with its producer's
+destructor, so the tensor is released when the capsule object is."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import NamedTuple, Tuple
+
+import cffi
+
+__all__ = ["DLTensorInfo", "read_capsule", "KDL_CPU", "KDL_CUDA"]
+
+KDL_CPU = 1
+KDL_CUDA = 2
+
+_ffi = cffi.FFI()
+_ffi.cdef("""
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void* data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t* shape;
+    int64_t* strides;
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void* manager_ctx;
+    void (*deleter)(struct DLManagedTensor*);
+} DLManagedTensor;
+""")
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+# (DLDataTypeCode, bits) -> dtype name: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4.
+_DTYPES = {(0, 8): "int8", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8", (1, 16): "uint16",
+           (1, 32): "uint32", (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
+           (4, 16): "bfloat16"}
+
+
+class DLTensorInfo(NamedTuple):
+    ptr: int  #: data + byte_offset
+    shape: Tuple[int, ...]
+    dtype: str  #: a NumPy-style name, e.g. "float32", "bfloat16"
+    device: Tuple[int, int]  #: (DLDeviceType, device id)
+    contiguous: bool  #: dense row-major
+    strides: Tuple[int, ...]  #: in elements; () when the producer gave none (dense row-major)
+
+
+def read_capsule(capsule) -> DLTensorInfo:
+    """The tensor a legacy ("dltensor") DLPack capsule describes; the capsule is not consumed."""
+    raw = _get_pointer(capsule, b"dltensor")
+    t = _ffi.cast("DLManagedTensor*", raw).dl_tensor
+    ndim = int(t.ndim)
+    shape = tuple(int(t.shape[i]) for i in range(ndim))
+    strides = tuple(int(t.strides[i]) for i in range(ndim)) if t.strides != _ffi.NULL else ()
+    contiguous = True
+    if strides:
+        want = 1
+        for n, s in zip(reversed(shape), reversed(strides)):
+            if n != 1 and s != want:
+                contiguous = False
+            want *= n
+    code = (int(t.dtype.code), int(t.dtype.bits))
+    dtype = _DTYPES.get(code, f"DLPack dtype code {code[0]} bits {code[1]}")
+    if t.dtype.lanes != 1:
+        dtype += f" x{t.dtype.lanes}"
+    ptr = int(_ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
+    return DLTensorInfo(ptr, shape, dtype, (int(t.device.device_type), int(t.device.device_id)),
+                        contiguous, strides)

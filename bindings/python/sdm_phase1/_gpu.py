@@ -1,0 +1,297 @@
+"""The device path, common to every framework: CUDA plans cached per framework, device, stream,
+shapes, dtypes and options; the allocator hook that gives a plan's workspace from the
+framework's allocator; execute with raw pointers; the device-side data check.
+
+Why a plan per stream: a plan's workspace holds the kernels' scratch and the data check, so one
+plan must not run on two streams at once. Executes on one stream are ordered, so a plan per
+stream is always safe and costs one workspace per stream and shape.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, List, Optional, Sequence
+
+from ._errors import Phase1Error, check
+from ._library import ffi, lib
+from ._plan import create_plan, desc_values
+
+__all__ = [
+    "Workspace", "GpuPlan", "get_plan", "synchronize", "plan_cache_info", "clear_plan_cache",
+    "cuda_device_count",
+]
+
+#: Plans kept at most (the least recently used unpinned plan goes first).
+CACHE_LIMIT = 64
+
+# The pointer fields of sdm_p1_inputs as uintptr_t words, so a call stores plain ints in them
+# (no cffi cast per pointer).
+_WORD = ffi.sizeof("uintptr_t")
+_IN_WORDS = []
+for _name in ("k_idx", "q_idx", "k_val", "q_val", "g", "beta"):
+    assert ffi.offsetof("sdm_p1_inputs", _name) % _WORD == 0
+    _IN_WORDS.append(ffi.offsetof("sdm_p1_inputs", _name) // _WORD)
+assert _IN_WORDS == [1, 2, 3, 4, 5, 6], _IN_WORDS
+_FIELD_COUNT = lib.SDM_P1_FIELD_COUNT
+
+
+class Workspace:
+    """Memory for a plan's workspace from a framework's allocator, and the framework's way to
+    wait for the plan's stream. Subclasses implement alloc, free and sync."""
+
+    #: The exception alloc raised, reported when plan creation fails.
+    error: Optional[BaseException] = None
+
+    def alloc(self, nbytes: int) -> int:
+        """A device pointer to ``nbytes`` bytes, 256-byte aligned, usable on the plan's stream."""
+        raise NotImplementedError
+
+    def free(self, ptr: int) -> None:
+        """Releases a pointer alloc returned (stream-ordered: work queued before still runs)."""
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        """Waits until the work queued on the plan's stream is done."""
+        raise NotImplementedError
+
+
+def _alloc(ctx, ptr_out, nbytes, stream) -> int:
+    ws = ffi.from_handle(ctx)
+    try:
+        ptr = int(ws.alloc(int(nbytes)))
+    except BaseException as e:  # reported by GpuPlan when the plan creation fails
+        ws.error = e
+        return 1
+    if ptr % 256:
+        ws.error = RuntimeError(f"the allocator gave {ptr:#x}, not 256-byte aligned")
+        ws.free(ptr)
+        return 1
+    ptr_out[0] = ffi.cast("void*", ptr)
+    return 0
+
+
+def _free(ctx, ptr, nbytes, stream) -> None:
+    try:
+        ffi.from_handle(ctx).free(int(ffi.cast("uintptr_t", ptr)))
+    except BaseException:  # nothing to report to from here; the block is lost at worst
+        pass
+
+
+_ALLOC_CB = ffi.callback("int(void*, void**, size_t, void*)", _alloc, error=1)
+_FREE_CB = ffi.callback("void(void*, void*, size_t, void*)", _free)
+
+
+class GpuPlan:
+    """One CUDA plan (SDM_P1_OUTPUTS_CALLER) for one stream, its workspace from a framework.
+
+    ``fields``: (field id, shape, sdm_p1_dtype) of each output the plan computes, in field
+    order, ending with repeats. ``extra``: a slot for the framework's per-plan data (e.g. its
+    dtype objects), filled by the framework module.
+    """
+
+    def __init__(self, key: tuple, values: dict, stream: int, workspace: Workspace):
+        self.key = key
+        self.workspace = workspace
+        self.lock = threading.Lock()
+        self.pending = False  # executed and not yet checked
+        self.pinned = False  # used in a CUDA graph: never destroyed (the graph holds its workspace)
+        self.extra: Any = None
+        self._ctx = ffi.new_handle(workspace)
+        allocator = ffi.new("sdm_p1_allocator*")
+        allocator.ctx = self._ctx
+        allocator.alloc = _ALLOC_CB
+        allocator.free = _FREE_CB
+        try:
+            self.handle, self.options, views = create_plan(values, allocator)
+        except Phase1Error as e:
+            cause = workspace.error
+            if cause is not None:
+                message = f"{e.message} (the allocator raised: {cause!r})"
+                raise Phase1Error(e.function, e.code, e.status, message) from cause
+            raise
+        self.fields = [(f, v[2], v[1]) for f, v in enumerate(views) if v is not None]
+        self._inputs = ffi.new("sdm_p1_inputs*")
+        self._inputs.struct_size = ffi.sizeof("sdm_p1_inputs")
+        self._in_words = ffi.cast("uintptr_t*", self._inputs)
+        self._outs = ffi.new("uintptr_t[]", _FIELD_COUNT)
+        self._outs_arg = ffi.cast("void**", self._outs)
+        self.set_stream(stream)
+
+    def set_stream(self, stream: int) -> None:
+        self.stream = stream
+        self._stream = ffi.cast("void*", stream)
+
+    def execute(self, k_idx: int, q_idx: int, k_val: int, q_val: int, g: int, beta: int,
+                outputs: Sequence[int]) -> None:
+        """Enqueues the plan on its stream: input pointers, then one output pointer per entry of
+        ``fields``. Raises Phase1Error when the library refuses the call."""
+        with self.lock:
+            w = self._in_words
+            w[1] = k_idx
+            w[2] = q_idx
+            w[3] = k_val
+            w[4] = q_val
+            w[5] = g
+            w[6] = beta
+            o = self._outs
+            for (f, _, _), p in zip(self.fields, outputs):
+                o[f] = p
+            rc = lib.sdm_p1_execute(self.handle, self._inputs, self._outs_arg, _FIELD_COUNT, self._stream)
+            if rc:
+                check("sdm_p1_execute", rc)
+            self.pending = True
+
+    def check_status(self) -> None:
+        """The data check of the last execute; call after its stream has been synchronized.
+        Raises Phase1Error (SDM_P1_ERROR_INVALID_INPUT) with the CPU backend's message."""
+        if not hasattr(lib, "sdm_p1_execute_status"):
+            raise RuntimeError("the loaded libsdmp1 is older than 1.1 (no sdm_p1_execute_status)")
+        with self.lock:
+            self.pending = self.pinned  # a graph's replays run it again
+            check("sdm_p1_execute_status", lib.sdm_p1_execute_status(self.handle))
+
+    def destroy(self) -> None:
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            lib.sdm_p1_plan_destroy(handle)
+
+
+class _Cache:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.plans: "OrderedDict[tuple, GpuPlan]" = OrderedDict()
+        self.created = 0
+        self.hits = 0
+
+
+_cache = _Cache()
+
+
+def _evict() -> None:
+    # Called with the cache lock held.
+    plans = _cache.plans
+    while len(plans) > CACHE_LIMIT:
+        victim = next((k for k, p in plans.items() if not p.pinned), None)
+        if victim is None:
+            return
+        plans.pop(victim).destroy()
+
+
+def get_plan(framework: str, device: int, stream: int, options: tuple,
+             make_workspace: Callable[[], Workspace], capturing: bool = False) -> GpuPlan:
+    """The cached plan for (framework, device, stream, options), created on a miss.
+
+    ``options``: (N, C, W, R, num_parallel, stream_offset, num_keys, valid_last, index dtype,
+    value dtype, gate_width, need_read_groups, det_fields, rec_tile). ``capturing``: the
+    stream is being captured into a CUDA graph: the plan is pinned, and on a miss a plan of
+    the same options made for another stream is moved to this one rather than created,
+    because creating a plan is not allowed during capture (it initialises its workspace).
+    """
+    key = (framework, device, stream) + options
+    with _cache.lock:
+        plan = _cache.plans.get(key)
+        if plan is not None:
+            _cache.plans.move_to_end(key)
+            _cache.hits += 1
+            if capturing:
+                plan.pinned = True
+            return plan
+        if capturing:
+            plan = _take_other_stream(key)
+            if plan is not None:
+                plan.set_stream(stream)
+                plan.key = key
+                plan.pinned = True
+                _cache.plans[key] = plan
+                return plan
+    values = desc_values(
+        N=options[0], C=options[1], W=options[2], R=options[3], num_parallel=options[4],
+        stream_offset=options[5], num_keys=options[6], valid_last=options[7],
+        index_dtype=options[8], value_dtype=options[9], gate_width=options[10],
+        need_read_groups=options[11], det_fields=options[12], rec_tile=options[13],
+        backend=lib.SDM_P1_BACKEND_CUDA, device=device, num_threads=None,
+    )
+    try:
+        plan = GpuPlan(key, values, stream, make_workspace())
+    except Phase1Error as e:
+        if capturing:
+            raise Phase1Error(
+                e.function, e.code, e.status,
+                f"{e.message}. sdm_phase1 could not create a plan during CUDA graph capture: "
+                "call it once with the same shapes and options before capturing (a warm-up "
+                "run, as torch.cuda.graph's documentation asks)",
+            ) from e
+        raise
+    plan.pinned = capturing
+    with _cache.lock:
+        old = _cache.plans.pop(key, None)  # another thread made one meanwhile
+        _cache.plans[key] = plan
+        _cache.created += 1
+        if old is not None and not old.pinned:
+            old.destroy()
+        _evict()
+    return plan
+
+
+def _take_other_stream(key: tuple) -> Optional[GpuPlan]:
+    # Called with the cache lock held: an unpinned plan of the same framework, device and
+    # options on another stream, removed from the cache.
+    for k, p in _cache.plans.items():
+        if k[:2] == key[:2] and k[3:] == key[3:] and not p.pinned:
+            return _cache.plans.pop(k)
+    return None
+
+
+def synchronize() -> None:
+    """Waits for the device work of every sdm_phase1 call on a GPU that has not been checked
+    yet, then raises :class:`Phase1Error` if the last call of any plan met bad data (ids out
+    of range, bad gates), with the message the CPU backend gives for the same data.
+
+    This is where device-side data errors surface when the calls ran with ``check=False``
+    (the default). Only a plan's last call is reported (each call overwrites the check).
+    Plans used in a CUDA graph are checked every time (their replays run them again).
+    """
+    with _cache.lock:
+        plans = [p for p in _cache.plans.values() if p.pending]
+    first: Optional[Phase1Error] = None
+    for plan in plans:
+        plan.workspace.sync()
+        try:
+            plan.check_status()
+        except Phase1Error as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
+def plan_cache_info() -> dict:
+    """Counters of the GPU plan cache: ``plans`` held now, ``created`` and ``hits`` so far."""
+    with _cache.lock:
+        return {"plans": len(_cache.plans), "created": _cache.created, "hits": _cache.hits,
+                "pinned": sum(p.pinned for p in _cache.plans.values())}
+
+
+def clear_plan_cache() -> None:
+    """Destroys every cached GPU plan except those a CUDA graph uses (pinned)."""
+    with _cache.lock:
+        for key in [k for k, p in _cache.plans.items() if not p.pinned]:
+            _cache.plans.pop(key).destroy()
+
+
+def cuda_device_count() -> Optional[int]:
+    """CUDA devices the loaded library's CUDA backend can use; None when the library has no
+    CUDA backend (or is older than 1.1)."""
+    if not hasattr(lib, "sdm_p1_cuda_device_count"):
+        return None
+    count = ffi.new("int32_t*")
+    rc = lib.sdm_p1_cuda_device_count(count)
+    if rc == lib.SDM_P1_ERROR_BACKEND_UNAVAILABLE:
+        return None
+    check("sdm_p1_cuda_device_count", rc)
+    return int(count[0])
+
+
+def requested(plan: GpuPlan) -> List[int]:
+    """The field ids the plan computes."""
+    return [f for f, _, _ in plan.fields]

@@ -1,0 +1,171 @@
+"""JAX arrays on a GPU: the CUDA backend of the array's device, on the stream JAX offers for
+work done outside it (``Device.get_stream_for_external_ready_events``), through DLPack.
+
+Ordering without a host wait: each input is exported with ``__dlpack__(stream=S)``, which
+makes S wait until JAX has computed it; each output is a fresh JAX array (``jnp.empty``),
+exported the same way, written by the kernels on S, and handed back to JAX with
+``jax.dlpack.from_dlpack``, which makes JAX wait on S before any later use. No copies; the
+plan's workspace is a JAX-allocated byte array. JAX arrays are immutable, so ``repeats``
+must be None. (Where a jaxlib has no such stream, calls fail with a clear error.)
+
+Imported only when a JAX GPU array is passed (this module imports jax).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+import jax.dlpack
+import jax.numpy as jnp
+
+from . import _gpu
+from ._checks import check_agreement, check_dtypes, check_rank
+from ._constants import DET_RECORDS, DET_SHIPPED
+from ._dlpack import KDL_CUDA, read_capsule
+from ._fields import EMPTY_DTYPES, REPEATS
+from ._types import FIELDS, Phase1
+
+__all__ = ["forward"]
+
+_DTYPES = {1: jnp.int8, 2: jnp.int32, 4: jnp.float32, 5: jnp.bfloat16}
+_streams: dict = {}
+
+
+def _stream_of(device) -> int:
+    s = _streams.get(device)
+    if s is None:
+        try:
+            s = int(device.get_stream_for_external_ready_events())
+        except AttributeError:
+            raise RuntimeError(
+                "this jaxlib's devices have no get_stream_for_external_ready_events(): "
+                "sdm_phase1 cannot order its work with JAX's without it"
+            ) from None
+        _streams[device] = s
+    return s
+
+
+class _Offer:
+    """A DLPack capsule of memory written on stream S, offered back to JAX (from_dlpack)."""
+
+    def __init__(self, capsule, device_id: int, stream: int):
+        self.capsule = capsule
+        self.device_id = device_id
+        self.stream = stream
+
+    def __dlpack_device__(self):
+        return (KDL_CUDA, self.device_id)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if stream is not None and stream != self.stream:
+            raise BufferError(f"sdm_phase1 wrote this array on stream {self.stream:#x}, not {stream:#x}")
+        capsule, self.capsule = self.capsule, None
+        return capsule
+
+
+class _JaxWorkspace(_gpu.Workspace):
+    """A plan's workspace: a JAX byte array held until the plan is destroyed."""
+
+    def __init__(self, device, stream: int):
+        self.device = device
+        self.stream = stream
+        self.blocks = {}
+        self.last = None  # a tiny output of the plan's last call, to wait for its work
+
+    def alloc(self, nbytes: int) -> int:
+        arr = jnp.empty((nbytes + 256,), jnp.uint8, device=self.device)
+        capsule = arr.__dlpack__(stream=self.stream)
+        ptr = read_capsule(capsule).ptr
+        aligned = (ptr + 255) // 256 * 256
+        self.blocks[aligned] = (arr, capsule)
+        return aligned
+
+    def free(self, ptr: int) -> None:
+        # JAX reuses freed memory at once, not in stream order: let the last call finish.
+        self.sync()
+        self.blocks.pop(ptr, None)
+
+    def sync(self) -> None:
+        if self.last is not None:
+            jax.block_until_ready(self.last)
+
+
+def _export(name: str, x, stream: int, device_id: int):
+    if not isinstance(x, jax.Array):
+        raise TypeError(f"{name} must be a jax.Array like k_idx, got {type(x).__name__}")
+    try:
+        capsule = x.__dlpack__(stream=stream)
+    except Exception as e:
+        raise ValueError(f"{name}: cannot export it through DLPack ({e})") from e
+    info = read_capsule(capsule)
+    if info.device != (KDL_CUDA, device_id):
+        raise ValueError(
+            f"{name} is on DLPack device {info.device} but k_idx is on GPU {device_id}: every "
+            "array of a call must be on one device"
+        )
+    check_rank(name, info.shape)
+    if not info.contiguous:
+        raise ValueError(f"{name} is not in row-major layout (strides {info.strides}); "
+                         "sdm_phase1 reads inputs in place")
+    return capsule, info
+
+
+def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
+            valid_last, need_read_groups, beta, rec_tile, det_fields, check) -> Phase1:
+    """phase1_forward on JAX GPU arrays (see sdm_phase1.phase1_forward)."""
+    if repeats is not None:
+        raise ValueError("repeats must be None with JAX arrays (they are immutable, so it cannot "
+                         "be incremented in place)")
+    devices = k_idx.devices()
+    if len(devices) != 1:
+        raise ValueError(f"k_idx is sharded over {len(devices)} devices; pass single-device arrays")
+    device = next(iter(devices))
+    device_id = int(k_idx.__dlpack_device__()[1])
+    stream = _stream_of(device)
+    given = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
+    if beta is not None:
+        given["beta"] = beta
+    exported = {n: _export(n, x, stream, device_id) for n, x in given.items()}
+    info = {n: e[1] for n, e in exported.items()}
+    index, value = check_dtypes({n: i.dtype for n, i in info.items()})
+    N, C, W, R, gate_width = check_agreement({n: i.shape for n, i in info.items()})
+    if det_fields is None:
+        det_fields = DET_SHIPPED | (DET_RECORDS if beta is not None else 0)
+    options = (N, C, W, R, int(num_parallel), int(stream_offset), int(num_keys), int(valid_last),
+               index, value, gate_width, bool(need_read_groups), int(det_fields), max(0, int(rec_tile)))
+    plan = _gpu.get_plan("jax", device_id, stream, options, lambda: _JaxWorkspace(device, stream))
+
+    outs = []
+    for f, shape, dt in plan.fields:
+        if f == REPEATS:  # 8 bytes the library writes; JAX keeps no int64 without x64
+            arr = jnp.empty((2,), jnp.uint32, device=device)
+        else:
+            arr = jnp.empty(shape, _DTYPES[dt], device=device)
+        capsule = arr.__dlpack__(stream=stream)
+        outs.append((capsule, read_capsule(capsule).ptr))
+    beta_ptr = info["beta"].ptr if beta is not None else 0
+    plan.execute(info["k_idx"].ptr, info["q_idx"].ptr, info["k_val"].ptr, info["q_val"].ptr,
+                 info["g"].ptr, beta_ptr, [p for _, p in outs])
+    by_field = [None] * (REPEATS + 1)
+    for (f, _, _), (capsule, _) in zip(plan.fields, outs):
+        by_field[f] = jax.dlpack.from_dlpack(_Offer(capsule, device_id, stream))
+    plan.workspace.last = by_field[REPEATS]
+    # JAX frees an input's memory as soon as its array and capsule are gone, without waiting
+    # for work on S: keep the input capsules until the first output is released.
+    try:
+        weakref.finalize(by_field[0], lambda keep: None, [e[0] for e in exported.values()])
+    except TypeError:
+        plan.extra = [e[0] for e in exported.values()]
+    if check:
+        jax.block_until_ready(by_field[REPEATS])
+        plan.check_status()
+
+    fields = []
+    for f, name in enumerate(FIELDS):
+        a = by_field[f]
+        if a is None and f in EMPTY_DTYPES:
+            shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
+            a = jnp.empty(shape, _DTYPES[EMPTY_DTYPES[f]], device=device)
+        fields.append(a)
+    return Phase1(*fields)
