@@ -23,20 +23,22 @@ _DTYPES = {1: "int8", 2: "int32", 3: "int64", 4: "float32", 5: "uint16"}
 
 
 class _CupyWorkspace(_gpu.Workspace):
-    """A plan's workspace from CuPy's memory pool, allocated on the plan's device and stream."""
+    """A plan's workspace from CuPy's memory pool, on the plan's device."""
 
     def __init__(self, device: int):
         self.device = device
         self.blocks = {}  # pointer -> cupy MemoryPointer, kept until free
 
-    def alloc(self, nbytes: int) -> int:
-        with cupy.cuda.Device(self.device):
-            mem = cupy.cuda.alloc(nbytes)
+    def alloc(self, nbytes: int, stream: int) -> int:
+        on = cupy.cuda.Stream.null if stream == 0 else cupy.cuda.ExternalStream(stream, self.device)
+        with cupy.cuda.Device(self.device), on:
+            mem = cupy.cuda.alloc(nbytes)  # from the pool's arena of that stream
         self.blocks[mem.ptr] = mem
         return mem.ptr
 
     def free(self, ptr: int) -> None:
-        self.blocks.pop(ptr, None)  # back to the pool, ordered on the stream it came from
+        self.sync()  # the block returns to its stream's arena; the plan ran on others
+        self.blocks.pop(ptr, None)
 
     def sync(self) -> None:
         cupy.cuda.Device(self.device).synchronize()

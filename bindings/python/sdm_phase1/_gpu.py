@@ -43,12 +43,14 @@ class Workspace:
     #: The exception alloc raised, reported when plan creation fails.
     error: Optional[BaseException] = None
 
-    def alloc(self, nbytes: int) -> int:
-        """A device pointer to ``nbytes`` bytes, 256-byte aligned, usable on the plan's stream."""
+    def alloc(self, nbytes: int, stream: int) -> int:
+        """A device pointer to ``nbytes`` bytes, 256-byte aligned, usable on ``stream`` (the
+        library passes the legacy default stream, 0, and initialises the block there)."""
         raise NotImplementedError
 
     def free(self, ptr: int) -> None:
-        """Releases a pointer alloc returned (stream-ordered: work queued before still runs)."""
+        """Releases a pointer alloc returned, once the plan's queued work is done (the plan ran
+        on other streams than the one the block belongs to)."""
         raise NotImplementedError
 
     def sync(self) -> None:
@@ -59,7 +61,7 @@ class Workspace:
 def _alloc(ctx, ptr_out, nbytes, stream) -> int:
     ws = ffi.from_handle(ctx)
     try:
-        ptr = int(ws.alloc(int(nbytes)))
+        ptr = int(ws.alloc(int(nbytes), int(ffi.cast("uintptr_t", stream))))
     except BaseException as e:  # reported by GpuPlan when the plan creation fails
         ws.error = e
         return 1
@@ -110,6 +112,10 @@ class GpuPlan:
                 message = f"{e.message} (the allocator raised: {cause!r})"
                 raise Phase1Error(e.function, e.code, e.status, message) from cause
             raise
+        # Creation initialises the workspace on the legacy default stream; this data check
+        # (a blocking read of it) waits for that, so executes on any stream come after it.
+        if hasattr(lib, "sdm_p1_execute_status"):
+            check("sdm_p1_execute_status", lib.sdm_p1_execute_status(self.handle))
         self.fields = [(f, v[2], v[1]) for f, v in enumerate(views) if v is not None]
         self._inputs = ffi.new("sdm_p1_inputs*")
         self._inputs.struct_size = ffi.sizeof("sdm_p1_inputs")

@@ -73,9 +73,10 @@ class _JaxWorkspace(_gpu.Workspace):
         self.blocks = {}
         self.last = None  # a tiny output of the plan's last call, to wait for its work
 
-    def alloc(self, nbytes: int) -> int:
+    def alloc(self, nbytes: int, stream: int) -> int:
         arr = jnp.empty((nbytes + 256,), jnp.uint8, device=self.device)
-        capsule = arr.__dlpack__(stream=self.stream)
+        # DLPack names the legacy default stream 1 (its handle 0 means "no stream").
+        capsule = arr.__dlpack__(stream=stream or 1)
         ptr = read_capsule(capsule).ptr
         aligned = (ptr + 255) // 256 * 256
         self.blocks[aligned] = (arr, capsule)

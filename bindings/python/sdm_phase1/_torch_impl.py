@@ -36,16 +36,16 @@ except AttributeError:  # pragma: no cover - older or unusual builds
 
 
 class _TorchWorkspace(_gpu.Workspace):
-    """A plan's workspace from PyTorch's caching allocator, on the plan's stream."""
+    """A plan's workspace from PyTorch's caching allocator."""
 
-    def __init__(self, device: int, stream: int):
+    def __init__(self, device: int):
         self.device = device
-        self.stream = stream
 
-    def alloc(self, nbytes: int) -> int:
-        return torch.cuda.caching_allocator_alloc(nbytes, self.device, self.stream)
+    def alloc(self, nbytes: int, stream: int) -> int:
+        return torch.cuda.caching_allocator_alloc(nbytes, self.device, stream)
 
     def free(self, ptr: int) -> None:
+        self.sync()  # the block returns to its stream's pool; the plan ran on others
         torch.cuda.caching_allocator_delete(ptr)
 
     def sync(self) -> None:
@@ -115,7 +115,7 @@ def run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel: int, stream_offset: i
     if check and capturing:
         raise ValueError("check=True waits for the stream, which a CUDA graph capture forbids; "
                          "call sdm_phase1.synchronize() after a replay instead")
-    plan = _gpu.get_plan("torch", index, stream, options, lambda: _TorchWorkspace(index, stream),
+    plan = _gpu.get_plan("torch", index, stream, options, lambda: _TorchWorkspace(index),
                          capturing)
     outs = [torch.empty(shape, dtype=dt, device=device) for shape, dt in _plan_dtypes(plan)]
     plan.execute(k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(),
