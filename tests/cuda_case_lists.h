@@ -1,0 +1,273 @@
+// The cases each comparison family of tests/test_cuda.cpp runs on both backends. They cover
+// the case families of bindings/python/tests/test_reference.py (its COVER list, det_fields
+// sets, rec_tile values and random shapes) and add the limits, the benchmark shapes and
+// gates and values at the edges of the arithmetic. `quick` keeps a reduced set for
+// compute-sanitizer; `seed` changes every case's data (and the random family's shapes).
+#ifndef SDM_P1_TESTS_CUDA_CASE_LISTS_H
+#define SDM_P1_TESTS_CUDA_CASE_LISTS_H
+
+#include <string>
+#include <vector>
+
+#include "cuda_cases.h"
+
+namespace cuda_test {
+
+struct ListOptions {
+    bool quick = false;
+    uint64_t seed = 1;
+};
+
+using CaseList = std::vector<CaseSpec>;
+
+// Seeds each case from the run's seed and its name; drops records the ids cannot hold.
+inline CaseList seeded(CaseList cases, const std::string& family, const ListOptions& o) {
+    for (CaseSpec& s : cases) {
+        s.seed = mix_seed(o.seed, name_seed(family + "/" + s.name));
+        s = fit_records(s);
+    }
+    return cases;
+}
+
+// Keeps every k-th case in quick mode.
+inline CaseList thin(CaseList cases, const ListOptions& o, size_t k) {
+    if (!o.quick) return cases;
+    CaseList out;
+    for (size_t i = 0; i < cases.size(); i += k) out.push_back(cases[i]);
+    return out;
+}
+
+// bindings/python/tests/test_reference.py's COVER list, with its default det_fields (the
+// records when beta is given).
+inline CaseList cover_cases(const ListOptions& o) {
+    const int64_t rec = kShippedWithRecords, big = (int64_t{1} << 31) - 1;
+    CaseList c = {
+        spec("f32-basic", 4, 64, 32, 32, 4096).streams(2).fields(rec),
+        spec("bf16-int64-perwrite-mixed", 4, 64, 32, 32, 4096).streams(2).ids64().bfloat16().gates_per_write().gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(rec),
+        spec("repeats-small", 2, 7, 3, 3, 5).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
+        spec("repeats-perwrite-bf16", 2, 7, 32, 3, 9).key_mode(Keys::Random).gates_per_write().bfloat16().value_kind(Values::Mixed).fields(rec),
+        spec("hot-1", 2, 64, 3, 3, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
+        spec("hot-2-perwrite", 2, 64, 3, 1, 2).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(rec),
+        spec("hot-16-distinct", 2, 64, 3, 3, 16).key_mode(Keys::Distinct).fields(rec),
+        spec("hot-16-C256", 1, 256, 1, 1, 16).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
+        spec("singletons-int64", 2, 256, 3, 1, big).ids64().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Strong).fields(rec),
+        spec("singletons-int64-qhit", 1, 64, 32, 32, big).ids64().key_mode(Keys::Distinct).hits(0.5).gate_kind(Gates::Mixed).fields(rec),
+        spec("C1-W64-R64", 3, 1, 64, 64, 16).streams(3, 1000).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::Mixed).fields(rec),
+        spec("C1-W1-R1", 2, 1, 1, 1, 3).streams(2).key_mode(Keys::Random).fields(rec),
+        spec("C256-W32-bf16-strong", 1, 256, 32, 32, 65536).bfloat16().gate_kind(Gates::Strong).fields(rec),
+        spec("C256-W64-R64-tiny", 1, 256, 64, 64, 65536).key_mode(Keys::Pool, 8192).gate_kind(Gates::Tiny).fields(rec),
+        spec("C256-valid_last", 2, 256, 3, 3, 300).streams(2).valid(100).gates_per_write().gate_kind(Gates::Mixed).key_mode(Keys::Random).fields(rec),
+        spec("C7-W3-R32", 4, 7, 3, 32, 20).streams(2).key_mode(Keys::Pool).gate_kind(Gates::Zero).fields(rec),
+        spec("C7-W64-R1", 2, 7, 64, 1, 100).key_mode(Keys::Distinct).gates_per_write().gate_kind(Gates::Strong).value_kind(Values::Mixed).fields(rec),
+        spec("streams-4-valid_last-1", 8, 16, 3, 3, 40).streams(4, 1000).valid(1).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
+        spec("streams-3-valid_last-C-1", 6, 64, 1, 3, 32).streams(3).valid(63).key_mode(Keys::Random).bfloat16().fields(rec),
+        spec("extreme-gates", 2, 64, 4, 2, 6).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::Extreme).value_kind(Values::Mixed).fields(rec),
+        spec("signed-gates-bf16", 2, 32, 4, 4, 10).key_mode(Keys::Distinct).gate_kind(Gates::Signed).bfloat16().fields(rec),
+        spec("hot-6-C256-W4", 1, 256, 4, 2, 6).key_mode(Keys::Distinct).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(rec),
+        spec("zero-gates-one-values", 2, 64, 3, 3, 8).key_mode(Keys::Random).gate_kind(Gates::Zero).value_kind(Values::One).fields(rec),
+        spec("no-read-groups", 2, 32, 8, 8, 64).streams(2).valid(20).gate_kind(Gates::Mixed).key_mode(Keys::Random).no_read_groups().fields(rec),
+        spec("no-beta-default-det", 2, 32, 8, 8, 64).gate_kind(Gates::Mixed),
+        spec("int64-huge-offset-no-records", 4, 16, 4, 4, 1000).streams(2, int64_t{1} << 40).ids64().key_mode(Keys::Random),
+        spec("int64-num_keys-2^32", 1, 64, 8, 8, int64_t{1} << 32).ids64().key_mode(Keys::Distinct).hits(0.5),
+        spec("int32-top-ids", 1, 32, 4, 4, big).key_mode(Keys::Top, 40).gate_kind(Gates::Mixed).fields(rec),
+        spec("threads-1", 5, 16, 4, 4, 32).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
+        spec("C256-W64-R64-2streams-bf16", 2, 256, 64, 64, 20000).streams(2).key_mode(Keys::Pool, 4096).valid(200).bfloat16().gates_per_write().gate_kind(Gates::Mixed).ids64().fields(rec),
+        // one slot for everything: 8192 K entries in one group (peer counts saturate at 127,
+        // sorted distances at 4095; 31 repeats per token)
+        spec("saturation-one-slot", 1, 256, 32, 4, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
+        spec("hot-1-C256-W2", 1, 256, 2, 2, 1).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
+    };
+    if (o.quick) {   // the saturation chunk's pair sums are slow under the sanitizers
+        c = thin(c, o, 3);
+        c.push_back(spec("saturation-small", 1, 64, 32, 2, 1).key_mode(Keys::Random).fields(SDM_P1_DET_ALL));
+    }
+    return seeded(c, "cover", o);
+}
+
+// C in {1, 7, 64, 256}, W and R in {1, 3, 32, 64}, with the options rotating through the
+// dtypes, gate widths, det_fields, read groups, key modes, streams and padding.
+inline CaseList grid_cases(const ListOptions& o) {
+    const int64_t Cs[] = {1, 7, 64, 256}, lanes[] = {1, 3, 32, 64};
+    const int64_t dets[] = {SDM_P1_DET_ALL, SDM_P1_UNSET, kShippedWithRecords, 0, SDM_P1_DET_ALL};
+    const Gates gates[] = {Gates::Normal, Gates::Mixed, Gates::Strong, Gates::Tiny,
+                           Gates::Signed, Gates::Zero, Gates::Extreme, Gates::Logsigmoid};
+    const Keys keys[] = {Keys::Pool, Keys::Random, Keys::Distinct};
+    const int64_t key_counts[] = {16, 1000, 65536, 5}, tiles[] = {0, 1, 5, 128, 32};
+    CaseList c;
+    int i = 0;
+    for (int64_t C : Cs) {
+        for (int64_t W : lanes) {
+            for (int64_t R : lanes) {
+                // pairs grow as (C W)^2 / num_keys: keep them below ~4e5 per chunk
+                const int64_t min_keys = (C * W) * (C * W) / 400000 + 1;
+                const int64_t P = 1 + i % 3;
+                CaseSpec s = spec("C" + std::to_string(C) + "-W" + std::to_string(W) + "-R" + std::to_string(R),
+                                  P * (1 + i % 2), C, W, R, std::max(key_counts[i % 4], min_keys));
+                s.streams(P).key_mode(keys[i % 3]).gate_kind(gates[i % 8]).fields(dets[i % 5]).tile(tiles[i % 5]);
+                s.value_kind(i % 2 ? Values::Mixed : Values::Normal);
+                if (i % 2) s.ids64();
+                if ((i / 2) % 2) s.bfloat16();
+                if (i % 3 == 0) s.gates_per_write();
+                if (i % 5 == 4) s.no_read_groups();
+                if (i % 4 == 3) s.valid(1 + (C * 5 + i) % C);
+                c.push_back(s);
+                ++i;
+            }
+        }
+    }
+    return seeded(thin(c, o, 4), "grid", o);
+}
+
+// test_random_shapes: seeded random shapes, options and data (the seed picks the shapes).
+inline CaseList random_cases(const ListOptions& o) {
+    const int64_t Cs[] = {1, 2, 7, 16, 33, 64, 128, 256}, lanes[] = {1, 3, 8, 32};
+    const int64_t key_counts[] = {1, 4, 16, 100, 5000}, tiles[] = {1, 3, 32, 128};
+    const Gates gates[] = {Gates::Zero, Gates::Tiny, Gates::Strong, Gates::Normal, Gates::Mixed, Gates::Signed};
+    Rng rng(mix_seed(o.seed, 50));
+    CaseList c;
+    const int count = o.quick ? 8 : 40;
+    for (int k = 0; k < count; ++k) {
+        const int64_t C = rng.pick(Cs), W = rng.pick(lanes), R = rng.pick(lanes), P = 1 + rng.below(3);
+        int64_t num_keys = rng.pick(key_counts);
+        num_keys = std::max(num_keys, ((C * W) * (C * W) + 399999) / 400000);
+        CaseSpec s = spec("random-" + std::to_string(k), P * (1 + rng.below(2)), C, W, R, num_keys);
+        s.streams(P).valid(1 + rng.below(C)).gate_kind(rng.pick(gates)).fields(SDM_P1_DET_ALL).tile(rng.pick(tiles));
+        s.value_kind(rng.below(2) ? Values::Mixed : Values::Normal);
+        s.key_mode(num_keys < W || rng.uniform(0, 1) < 0.4 ? Keys::Random : rng.below(2) ? Keys::Pool : Keys::Distinct);
+        if (k % 2) s.ids64();
+        if ((k / 2) % 2) s.bfloat16();
+        if (k % 3 == 0) s.gates_per_write();
+        if (rng.below(5) == 0) s.no_read_groups();
+        c.push_back(s);
+    }
+    return seeded(c, "random", o);
+}
+
+// Every det_fields bit alone, none, all, and one pair; with and without read groups.
+inline CaseList det_field_cases(const ListOptions& o) {
+    const int64_t sets[] = {0, SDM_P1_DET_POS, SDM_P1_DET_SPAY_RANK, SDM_P1_DET_FLAGS,
+                            SDM_P1_DET_SPAY_K, SDM_P1_DET_SPAY_Q, SDM_P1_DET_KREC, SDM_P1_DET_KSPA,
+                            SDM_P1_DET_QREC, SDM_P1_DET_TILES, SDM_P1_DET_DC_GIDX, SDM_P1_DET_QREC8,
+                            SDM_P1_DET_DC_GIDX | SDM_P1_DET_KREC, SDM_P1_DET_ALL};
+    CaseList c;
+    for (int64_t det : sets) {
+        for (bool rg : {true, false}) {
+            CaseSpec s = spec("det" + std::to_string(det) + (rg ? "-rg" : "-norg"), 2, 24, 5, 6, 12);
+            s.streams(2).valid(17).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::Mixed).fields(det).tile(5);
+            if (det & 1) s.bfloat16();
+            if (!rg) s.no_read_groups();
+            c.push_back(s);
+        }
+    }
+    return seeded(c, "det_fields", o);
+}
+
+inline CaseList rec_tile_cases(const ListOptions& o) {
+    CaseList c;
+    for (int64_t L : {1, 3, 5, 128, 0, 1 << 20}) {
+        c.push_back(spec("L" + std::to_string(L), 2, 40, 7, 5, 30).valid(33).key_mode(Keys::Pool, 20).fields(SDM_P1_DET_ALL).tile(L));
+    }
+    c.push_back(spec("L1-C256", 1, 256, 3, 2, 50).key_mode(Keys::Random).fields(SDM_P1_DET_ALL).tile(1));
+    return seeded(c, "rec_tile", o);
+}
+
+// Each gate kind in two settings; huge positive gates (exp overflows to inf) only where no
+// cell can add +inf and -inf (one lane each, or all values 1).
+inline CaseList gate_cases(const ListOptions& o) {
+    const std::pair<const char*, Gates> kinds[] = {
+        {"zero", Gates::Zero}, {"tiny", Gates::Tiny}, {"strong", Gates::Strong},
+        {"normal", Gates::Normal}, {"signed", Gates::Signed}, {"positive", Gates::Positive},
+        {"extreme", Gates::Extreme}, {"subnormal", Gates::Subnormal}, {"mixed", Gates::Mixed},
+        {"logsigmoid", Gates::Logsigmoid}};
+    CaseList c;
+    for (const auto& k : kinds) {
+        c.push_back(spec(std::string(k.first) + "-f32-token", 2, 64, 8, 4, 24).key_mode(Keys::Random).gate_kind(k.second).fields(SDM_P1_DET_ALL));
+        c.push_back(spec(std::string(k.first) + "-bf16-write", 3, 33, 5, 3, 10).streams(3).valid(20).key_mode(Keys::Distinct).bfloat16().gates_per_write().gate_kind(k.second).fields(SDM_P1_DET_ALL));
+    }
+    c.push_back(spec("extreme-signed-W1-R1", 2, 256, 1, 1, 4).key_mode(Keys::Random).gate_kind(Gates::ExtremeSigned).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL));
+    c.push_back(spec("extreme-signed-ones", 2, 64, 8, 8, 16).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::ExtremeSigned).value_kind(Values::One).fields(SDM_P1_DET_ALL));
+    return seeded(thin(c, o, 2), "gates", o);
+}
+
+inline CaseList value_cases(const ListOptions& o) {
+    const std::pair<const char*, Values> kinds[] = {
+        {"normal", Values::Normal}, {"mixed", Values::Mixed}, {"one", Values::One}, {"wide", Values::Wide}};
+    CaseList c;
+    for (const auto& k : kinds) {
+        for (bool bf : {false, true}) {
+            CaseSpec s = spec(std::string(k.first) + (bf ? "-bf16" : "-f32"), 2, 64, 16, 16, 100);
+            s.gate_kind(Gates::Mixed).value_kind(k.second).fields(SDM_P1_DET_ALL);
+            if (bf) s.bfloat16();
+            c.push_back(s);
+        }
+    }
+    return seeded(thin(c, o, 2), "values", o);
+}
+
+// 1 to 4 streams: overlapping, adjacent and spaced id ranges; valid_last 1, C - 1, C / 2;
+// ids near the int32 limit; int64 ids at offsets past 2^32.
+inline CaseList stream_cases(const ListOptions& o) {
+    CaseList c;
+    const int64_t keys = 40, C = 16;
+    for (int64_t P = 1; P <= 4; ++P) {
+        for (int v = 0; v < 3; ++v) {
+            const int64_t offsets[] = {0, keys, 1000}, valids[] = {1, C - 1, C / 2};
+            c.push_back(spec("P" + std::to_string(P) + "-v" + std::to_string(v), P * (v + 1), C, 3, 3, keys)
+                            .streams(P, offsets[v]).valid(valids[v]).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL));
+        }
+    }
+    c.push_back(spec("P4-int32-limit", 8, 32, 4, 4, 1000).streams(4, (INT32_MAX - 1000) / 3).key_mode(Keys::Top, 64).fields(SDM_P1_DET_ALL));
+    c.push_back(spec("P4-int64-offset-2^40", 8, 32, 4, 4, 1000).streams(4, int64_t{1} << 40).ids64().key_mode(Keys::Random).fields(SDM_P1_DET_ALL));
+    c.push_back(spec("P2-int64-keys-2^32", 4, 32, 4, 4, int64_t{1} << 32).streams(2, int64_t{1} << 32).ids64().key_mode(Keys::Distinct).hits(0.5).fields(SDM_P1_DET_ALL));
+    return seeded(thin(c, o, 3), "streams", o);
+}
+
+// The largest chunks: C * (W + R) = 2^17 (C = W = R = 256) and other long rows.
+inline CaseList largest_cases(const ListOptions& o) {
+    CaseList c = {
+        spec("C256-W256-R256-bf16", 2, 256, 256, 256, 1 << 20).streams(2).valid(200).bfloat16().key_mode(Keys::Distinct).fields(SDM_P1_DET_ALL),
+        spec("C256-W256-R256-i64-f32-write", 1, 256, 256, 256, 65536).ids64().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed),
+        spec("C256-W256-R256-groups", 1, 256, 256, 256, 4096).key_mode(Keys::Distinct).no_read_groups().value_kind(Values::Mixed).fields(SDM_P1_DET_ALL).tile(1),
+        spec("C256-W255-R256", 1, 256, 255, 256, 100000).key_mode(Keys::Pool, 20000).fields(SDM_P1_DET_ALL).tile(7),
+        spec("C255-W256-R256", 1, 255, 256, 256, 100000).bfloat16().gates_per_write().fields(SDM_P1_DET_ALL),
+        spec("C128-W256-R256", 2, 128, 256, 256, 65536).streams(2).valid(100).fields(SDM_P1_DET_ALL),
+        spec("C256-W256-R1", 2, 256, 256, 1, 65536).fields(SDM_P1_DET_ALL),
+        spec("C256-W1-R256", 2, 256, 1, 256, 1000).key_mode(Keys::Random).fields(SDM_P1_DET_ALL),
+        spec("C256-W128-R256", 1, 256, 128, 256, 30000).gate_kind(Gates::Strong).fields(SDM_P1_DET_ALL),
+        spec("C64-W256-R256", 4, 64, 256, 256, 65536).streams(2).gate_kind(Gates::Logsigmoid).fields(SDM_P1_DET_ALL),
+    };
+    if (o.quick) c = {c[0]};
+    if (o.quick) c[0].N = c[0].P = 1;
+    return seeded(c, "largest", o);
+}
+
+// The benchmark shapes S1..S6 of DESIGN.md at reduced N (S6 in full), data as the benchmark
+// makes it: distinct ids per token, logsigmoid gates; default det_fields and every field.
+inline CaseList bench_shape_cases(const ListOptions& o) {
+    struct Shape { const char* name; int64_t N, C, W, R, keys, P; bool bf16, idx64, per_write; };
+    const Shape shapes[] = {
+        {"S1", 256, 64, 32, 32, 65536, 128, true, false, false},
+        {"S2", 256, 128, 32, 32, 65536, 128, true, false, false},
+        {"S3", 256, 64, 64, 64, 65536, 128, true, false, false},
+        {"S4", 256, 64, 32, 32, 1024, 128, true, false, false},
+        {"S5", 256, 64, 32, 32, 65536, 128, false, true, true},
+        {"S6", 128, 128, 64, 64, 262144, 2, true, false, false},
+    };
+    CaseList c;
+    for (const Shape& b : shapes) {
+        for (bool all : {false, true}) {
+            if (o.quick && (all || (b.name[1] != '1' && b.name[1] != '6'))) continue;
+            CaseSpec s = spec(std::string(b.name) + (all ? "-all" : "-default"), o.quick ? b.P : b.N, b.C, b.W, b.R, b.keys);
+            s.streams(b.P, b.keys).key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid).fields(all ? SDM_P1_DET_ALL : SDM_P1_UNSET);
+            if (b.bf16) s.bfloat16();
+            if (b.idx64) s.ids64();
+            if (b.per_write) s.gates_per_write();
+            c.push_back(s);
+        }
+    }
+    return seeded(c, "bench_shapes", o);
+}
+
+}  // namespace cuda_test
+
+#endif  // SDM_P1_TESTS_CUDA_CASE_LISTS_H

@@ -1,0 +1,760 @@
+// The CUDA backend against the CPU backend, in one process, through the public C API only:
+// every output byte of every field, on seeded random and adversarial cases (the case
+// families of the Python reference tests, the largest shapes, every det_fields set, the
+// benchmark shapes), in both output modes; then the CUDA-specific promises: repeated
+// executes and other streams give the same bits, CUDA graph capture and replay, the caller's
+// allocator (used only at create / destroy), execute never waits for the stream, bad data
+// reported by sdm_p1_execute_status with the CPU backend's message, and host pointers
+// refused. Prints one line per family and "N passed, M failed"; exits 77 (a skip for meson)
+// where there is no CUDA device.
+//
+//   test_cuda [--quick] [--seed S] [--only FAMILY] [--cpu-only] [--verbose]
+//   --quick     a reduced case set (for compute-sanitizer)
+//   --cpu-only  runs the comparison cases on the CPU backend alone (checks the case set
+//               without a GPU)
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_bad_data.h"
+#include "cuda_case_lists.h"
+#include "cuda_cases.h"
+#include "cuda_harness.h"
+#include "sdm/phase1.h"
+
+namespace {
+
+using namespace cuda_test;
+
+struct Options : ListOptions {
+    bool cpu_only = false;
+    bool verbose = false;
+    std::string only;   // run this family alone
+};
+
+// ---- one case on both backends ----------------------------------------------------------
+
+// "" when the CUDA backend's outputs equal the CPU backend's byte for byte.
+std::string compare_backends(const CaseSpec& s, OutMode mode, cudaStream_t stream) {
+    const Encoded e = make_inputs(s).encode();
+    const RunResult cpu = run_cpu(s, e);
+    if (cpu.status != SDM_P1_SUCCESS) return "cpu: " + cpu.error;
+    const DeviceInputs dev(e);
+    const CudaPlan plan(s, mode);
+    const sdm_p1_status st = plan.execute(dev.view(s.needs_beta()), stream);
+    if (st != SDM_P1_SUCCESS) return api_error("cuda execute", st);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const RunResult gpu = plan.result();
+    if (gpu.status != SDM_P1_SUCCESS) return "cuda execute_status: " + gpu.error;
+    return compare_fields(cpu, gpu);
+}
+
+std::string cpu_alone(const CaseSpec& s) {
+    const RunResult cpu = run_cpu(s, make_inputs(s).encode());
+    return cpu.status == SDM_P1_SUCCESS ? "" : "cpu: " + cpu.error;
+}
+
+// A comparison family: each case once, the output mode rotating (plan, plan, caller, mixed).
+void run_cases(Tally& t, const std::string& family, const CaseList& cases, const Options& o,
+               cudaStream_t stream) {
+    if (!o.only.empty() && o.only != family) return;
+    t.begin(family);
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const OutMode mode = i % 4 == 2 ? OutMode::Caller : i % 4 == 3 ? OutMode::Mixed : OutMode::Plan;
+        const auto t0 = std::chrono::steady_clock::now();
+        t.run(describe(cases[i]) + " (" + mode_name(mode) + ")", [&] {
+            return o.cpu_only ? cpu_alone(cases[i]) : compare_backends(cases[i], mode, stream);
+        });
+        if (o.verbose) {
+            std::printf("  %.3f s  %s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                        describe(cases[i]).c_str());
+        }
+    }
+    t.end();
+}
+
+// ---- shared helpers of the API families ---------------------------------------------------
+
+CaseSpec api_case(const std::string& name, uint64_t seed) {
+    CaseSpec s = spec(name, 6, 32, 8, 6, 40).streams(3, 1000).valid(21).key_mode(Keys::Random);
+    s.gates_per_write().gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL);
+    s.seed = mix_seed(seed, name_seed(name));
+    return s;
+}
+
+struct Stream {
+    cudaStream_t s = nullptr;
+    explicit Stream(unsigned flags = cudaStreamNonBlocking) { CUDA_CHECK(cudaStreamCreateWithFlags(&s, flags)); }
+    ~Stream() { cudaStreamDestroy(s); }
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+};
+
+// Executes (poisoned outputs first), synchronizes and compares with the CPU's result.
+std::string execute_and_compare(const CudaPlan& plan, const sdm_p1_inputs& in, cudaStream_t stream,
+                                const RunResult& cpu) {
+    const sdm_p1_status st = plan.execute(in, stream);
+    if (st != SDM_P1_SUCCESS) return api_error("execute", st);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const RunResult gpu = plan.result();
+    if (gpu.status != SDM_P1_SUCCESS) return "execute_status: " + gpu.error;
+    return compare_fields(cpu, gpu);
+}
+
+// Does `message` name `field` as a word (not inside a longer identifier)?
+bool names(const std::string& message, const std::string& field) {
+    auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    for (size_t p = message.find(field); p != std::string::npos; p = message.find(field, p + 1)) {
+        const bool left = p == 0 || !ident(message[p - 1]);
+        const bool right = p + field.size() >= message.size() || !ident(message[p + field.size()]);
+        if (left && right) return true;
+    }
+    return false;
+}
+
+// ---- output modes, determinism, streams ----------------------------------------------------
+
+void test_output_modes(Tally& t, const Options& o, cudaStream_t stream) {
+    const CaseSpec s = api_case("modes", o.seed);
+    for (OutMode m : {OutMode::Plan, OutMode::Caller, OutMode::Mixed}) {
+        t.run(mode_name(m), [&] { return compare_backends(s, m, stream); });
+    }
+}
+
+void test_determinism(Tally& t, const Options& o) {
+    const CaseSpec s = api_case("determinism", o.seed);
+    const Encoded e = make_inputs(s).encode();
+    const RunResult cpu = run_cpu(s, e);
+    const DeviceInputs dev(e);
+    const sdm_p1_inputs in = dev.view(s.needs_beta());
+    Stream created;
+    {
+        const CudaPlan plan(s, OutMode::Plan);
+        for (int rep = 1; rep <= 3; ++rep) {
+            t.run("execute #" + std::to_string(rep) + " of one plan", [&] { return execute_and_compare(plan, in, created.s, cpu); });
+        }
+    }
+    t.run("a fresh plan", [&] { return execute_and_compare(CudaPlan(s, OutMode::Plan), in, created.s, cpu); });
+    Stream blocking(cudaStreamDefault);
+    const std::pair<const char*, cudaStream_t> streams[] = {
+        {"legacy default stream (NULL)", nullptr}, {"per-thread default stream", cudaStreamPerThread},
+        {"blocking stream", blocking.s}, {"non-blocking stream", created.s}};
+    for (const auto& st : streams) {
+        t.run(st.first, [&] { return execute_and_compare(CudaPlan(s, OutMode::Plan), in, st.second, cpu); });
+    }
+    // Two plans of different shapes enqueued back to back on one stream, then synchronized.
+    t.run("two plans interleaved on one stream", [&] {
+        CaseSpec s2 = api_case("determinism-2", o.seed);
+        s2.C = 48;
+        s2.R = 3;
+        const Encoded e2 = make_inputs(s2).encode();
+        const RunResult cpu2 = run_cpu(s2, e2);
+        const DeviceInputs dev2(e2);
+        const CudaPlan a(s, OutMode::Plan), b(s2, OutMode::Caller);
+        if (a.execute(in, created.s) != SDM_P1_SUCCESS || b.execute(dev2.view(true), created.s) != SDM_P1_SUCCESS ||
+            a.execute(in, created.s) != SDM_P1_SUCCESS) {
+            return std::string("execute failed: ") + sdm_p1_last_error();
+        }
+        CUDA_CHECK(cudaStreamSynchronize(created.s));
+        const std::string wa = compare_fields(cpu, a.result()), wb = compare_fields(cpu2, b.result());
+        return wa.empty() ? wb : wa;
+    });
+    // Different plans from different host threads at once.
+    t.run("two host threads, own plans and streams", [&] {
+        std::string why[2];
+        auto work = [&](int k) {
+            try {
+                Stream mine;
+                why[k] = execute_and_compare(CudaPlan(s, k ? OutMode::Caller : OutMode::Plan), in, mine.s, cpu);
+            } catch (const std::exception& ex) {
+                why[k] = ex.what();
+            }
+        };
+        std::thread t0(work, 0), t1(work, 1);
+        t0.join();
+        t1.join();
+        return why[0].empty() ? why[1] : why[0];
+    });
+}
+
+// ---- the stream is never waited for --------------------------------------------------------
+
+// A host function that holds its stream until opened (or for at most 5 s).
+struct HostGate {
+    std::atomic<bool> open{false}, timed_out{false};
+};
+
+void CUDART_CB hold_stream(void* arg) {
+    HostGate* g = static_cast<HostGate*>(arg);
+    const auto start = std::chrono::steady_clock::now();
+    while (!g->open.load()) {
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(5)) {
+            g->timed_out = true;
+            return;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+}
+
+void test_no_host_sync(Tally& t, const Options& o) {
+    const CaseSpec s = api_case("no-host-sync", o.seed);
+    const Encoded e = make_inputs(s).encode();
+    const RunResult cpu = run_cpu(s, e);
+    const DeviceInputs dev(e);
+    for (unsigned flags : {cudaStreamDefault, cudaStreamNonBlocking}) {
+        const char* what = flags == cudaStreamDefault ? "execute behind a held blocking stream"
+                                                      : "execute behind a held non-blocking stream";
+        t.run(what, [&] {
+            Stream stream(flags);
+            const CudaPlan plan(s, OutMode::Plan);
+            HostGate gate;
+            CUDA_CHECK(cudaLaunchHostFunc(stream.s, hold_stream, &gate));
+            plan.poison(stream.s);
+            const auto t0 = std::chrono::steady_clock::now();
+            const sdm_p1_status st = plan.enqueue(dev.view(s.needs_beta()), stream.s);
+            const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const bool waited = gate.timed_out.load();
+            gate.open = true;
+            CUDA_CHECK(cudaStreamSynchronize(stream.s));
+            if (st != SDM_P1_SUCCESS) return api_error("execute", st);
+            if (waited) return "execute waited " + std::to_string(took) + " s for work queued before it";
+            const RunResult gpu = plan.result();
+            if (gpu.status != SDM_P1_SUCCESS) return "execute_status: " + gpu.error;
+            return compare_fields(cpu, gpu);
+        });
+    }
+}
+
+// ---- CUDA graphs -------------------------------------------------------------------------
+
+struct Graph {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ~Graph() {
+        if (exec != nullptr) cudaGraphExecDestroy(exec);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+    }
+};
+
+// Captures one execute of `plan` on `stream` (global capture mode, the strictest).
+std::string capture(const CudaPlan& plan, const sdm_p1_inputs& in, cudaStream_t stream, Graph& g) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const sdm_p1_status st = plan.enqueue(in, stream);
+    const std::string error = st == SDM_P1_SUCCESS ? "" : api_error("execute during capture", st);
+    const cudaError_t end = cudaStreamEndCapture(stream, &g.graph);   // always ends the capture
+    if (!error.empty()) return error;
+    CUDA_CHECK(end);
+    CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+    return "";
+}
+
+// One replay on poisoned outputs; the result after synchronizing.
+RunResult replay(const CudaPlan& plan, const Graph& g, cudaStream_t stream) {
+    plan.poison(stream);
+    CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return plan.result();
+}
+
+std::string same_outputs(const RunResult& cpu, const RunResult& gpu) {
+    if (gpu.status != SDM_P1_SUCCESS) return "execute_status: " + gpu.error;
+    return compare_fields(cpu, gpu);
+}
+
+void test_graph_capture(Tally& t, const Options& o) {
+    const CaseSpec a = api_case("graph-a", o.seed), b = api_case("graph-b", o.seed);   // same shapes
+    HostInputs bad_in = make_inputs(b);
+    plant_bad_data(b, bad_in);
+    const Encoded ea = make_inputs(a).encode(), eb = make_inputs(b).encode(), ebad = bad_in.encode();
+    const RunResult cpu_a = run_cpu(a, ea), cpu_b = run_cpu(b, eb), cpu_bad = run_cpu(b, ebad);
+    Stream stream;
+    DeviceInputs dev(ea);
+    for (OutMode mode : {OutMode::Plan, OutMode::Caller}) {
+        const std::string m = std::string(" (") + mode_name(mode) + ")";
+        const CudaPlan plan(a, mode);
+        Graph g;
+        dev.upload(ea);
+        bool captured = false;
+        t.run("capture" + m, [&] {
+            const std::string why = capture(plan, dev.view(a.needs_beta()), stream.s, g);
+            captured = why.empty();
+            return why;
+        });
+        if (!captured) continue;
+        t.run("replay 1" + m, [&] { return same_outputs(cpu_a, replay(plan, g, stream.s)); });
+        t.run("replay 2" + m, [&] { return same_outputs(cpu_a, replay(plan, g, stream.s)); });
+        t.run("replay on new input data" + m, [&] {
+            dev.upload(eb);
+            return same_outputs(cpu_b, replay(plan, g, stream.s));
+        });
+        t.run("replay on bad input data" + m, [&] {
+            dev.upload(ebad);
+            const RunResult r = replay(plan, g, stream.s);
+            if (cpu_bad.status != SDM_P1_ERROR_INVALID_INPUT) return std::string("the CPU accepted the bad data");
+            if (r.status != SDM_P1_ERROR_INVALID_INPUT) return std::string("execute_status: ") + sdm_p1_status_string(r.status);
+            return r.error == cpu_bad.error ? std::string() : "message '" + r.error + "', the CPU's '" + cpu_bad.error + "'";
+        });
+        t.run("replay after bad data" + m, [&] {
+            dev.upload(eb);
+            return same_outputs(cpu_b, replay(plan, g, stream.s));
+        });
+    }
+}
+
+// ---- the caller's allocator --------------------------------------------------------------
+
+// Device memory through cudaMalloc, counted; anything out of place is a violation.
+struct CountingAllocator {
+    int allocs = 0, frees = 0, live = 0;
+    size_t live_bytes = 0;
+    size_t misalign = 0;    // hand out blocks this many bytes past cudaMalloc's
+    bool fail = false;
+    bool forbid = false;    // set around executes: no call may come then
+    std::string violations;
+
+    sdm_p1_allocator get() { return sdm_p1_allocator{this, alloc, release}; }
+
+    static int alloc(void* ctx, void** ptr, size_t bytes, void* stream) {
+        CountingAllocator* a = static_cast<CountingAllocator*>(ctx);
+        a->note_call("alloc", stream);
+        if (a->fail) return 1;
+        void* p = nullptr;
+        if (cudaMalloc(&p, bytes + a->misalign) != cudaSuccess) return 1;
+        *ptr = static_cast<char*>(p) + a->misalign;
+        ++a->allocs;
+        ++a->live;
+        a->live_bytes += bytes;
+        return 0;
+    }
+    static void release(void* ctx, void* ptr, size_t bytes, void* stream) {
+        CountingAllocator* a = static_cast<CountingAllocator*>(ctx);
+        a->note_call("free", stream);
+        cudaFree(static_cast<char*>(ptr) - a->misalign);
+        ++a->frees;
+        --a->live;
+        a->live_bytes -= bytes;
+    }
+    void note_call(const char* what, void* stream) {
+        int device = -1;
+        cudaGetDevice(&device);
+        if (forbid) violations += std::string(what) + " during execute; ";
+        if (stream != nullptr) violations += std::string(what) + " with a stream other than NULL; ";
+        if (device != 0) violations += std::string(what) + " with device " + std::to_string(device) + " current; ";
+    }
+};
+
+void test_allocator(Tally& t, const Options& o, cudaStream_t stream) {
+    const CaseSpec s = api_case("allocator", o.seed);
+    const Encoded e = make_inputs(s).encode();
+    const RunResult cpu = run_cpu(s, e);
+    const DeviceInputs dev(e);
+    for (OutMode mode : {OutMode::Plan, OutMode::Caller}) {
+        t.run(std::string("counted, ") + mode_name(mode), [&] {
+            CountingAllocator counter;
+            const sdm_p1_allocator alloc = counter.get();
+            std::string why;
+            {
+                const CudaPlan plan(s, mode, &alloc);
+                if (counter.allocs == 0) return std::string("the plan allocated nothing through the allocator");
+                const int after_create = counter.allocs;
+                for (int rep = 0; rep < 2 && why.empty(); ++rep) {
+                    counter.forbid = true;
+                    why = execute_and_compare(plan, dev.view(s.needs_beta()), stream, cpu);
+                    counter.forbid = false;
+                }
+                if (why.empty() && (counter.allocs != after_create || counter.frees != 0)) why = "allocator called after create";
+            }
+            if (why.empty() && (counter.live != 0 || counter.live_bytes != 0 || counter.frees != counter.allocs)) {
+                why = "after destroy: " + std::to_string(counter.live) + " blocks still live";
+            }
+            return why.empty() ? counter.violations : why;
+        });
+    }
+    t.run("blocks not aligned to 256 bytes are refused", [&] {
+        CountingAllocator counter;
+        counter.misalign = 128;
+        sdm_p1_desc d = make_desc(s, SDM_P1_BACKEND_CUDA);
+        d.allocator = counter.get();
+        sdm_p1_plan* plan = reinterpret_cast<sdm_p1_plan*>(&counter);
+        const sdm_p1_status st = sdm_p1_plan_create(&plan, &d);
+        if (st != SDM_P1_ERROR_INVALID_ARGUMENT || plan != nullptr) return api_error("plan_create", st);
+        if (std::string(sdm_p1_last_error()).find("256") == std::string::npos) return std::string("message: ") + sdm_p1_last_error();
+        return counter.live == 0 ? counter.violations : std::string("a refused block was not freed");
+    });
+    t.run("a failing allocator gives SDM_P1_ERROR_OUT_OF_MEMORY", [&] {
+        CountingAllocator counter;
+        counter.fail = true;
+        sdm_p1_desc d = make_desc(s, SDM_P1_BACKEND_CUDA);
+        d.allocator = counter.get();
+        sdm_p1_plan* plan = nullptr;
+        const sdm_p1_status st = sdm_p1_plan_create(&plan, &d);
+        if (st != SDM_P1_ERROR_OUT_OF_MEMORY || plan != nullptr) return api_error("plan_create", st);
+        return counter.live == 0 ? counter.violations : std::string("blocks leaked");
+    });
+}
+
+// ---- bad data on the device -----------------------------------------------------------------
+
+// One scenario on a plan that ran others before (each execute clears the last result).
+std::string check_bad_data(const CaseSpec& s, const BadData& bad, const CudaPlan& plan, DeviceInputs& scratch,
+                           const DeviceInputs& good, const RunResult& cpu_good, cudaStream_t stream) {
+    HostInputs in = make_inputs(s);
+    bad.plant(s, in);
+    const Encoded e = in.encode();
+    const RunResult cpu = run_cpu(s, e);
+    scratch.upload(e);
+    if (!bad.is_error) {
+        if (cpu.status != SDM_P1_SUCCESS) return "cpu: " + cpu.error;
+        return execute_and_compare(plan, scratch.view(s.needs_beta()), stream, cpu);
+    }
+    if (cpu.status != SDM_P1_ERROR_INVALID_INPUT) return std::string("the CPU gave ") + sdm_p1_status_string(cpu.status);
+    const sdm_p1_status st = plan.execute(scratch.view(s.needs_beta()), stream);
+    if (st != SDM_P1_SUCCESS) return api_error("execute (must succeed; the check runs on the device)", st);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const sdm_p1_status first = sdm_p1_execute_status(plan.get());
+    const std::string message = sdm_p1_last_error();
+    if (first != SDM_P1_ERROR_INVALID_INPUT) return std::string("execute_status: ") + sdm_p1_status_string(first);
+    if (message != cpu.error) return "message '" + message + "', the CPU's '" + cpu.error + "'";
+    // Asked again, from another thread: the same answer.
+    sdm_p1_status again = SDM_P1_SUCCESS;
+    std::string again_message;
+    std::thread other([&] {
+        again = sdm_p1_execute_status(plan.get());
+        again_message = sdm_p1_last_error();
+    });
+    other.join();
+    if (again != first || again_message != message) return "a second execute_status (another thread) differs: " + again_message;
+    // The next good execute clears it.
+    const std::string after = execute_and_compare(plan, good.view(s.needs_beta()), stream, cpu_good);
+    return after.empty() ? "" : "the good execute after it: " + after;
+}
+
+void test_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
+    CaseSpec base = spec("bad-data", 8, 16, 4, 3, 40).streams(2, 1000).valid(11).key_mode(Keys::Random);
+    base.gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL);
+    CaseSpec perwrite = base, token = base;
+    perwrite.gates_per_write();
+    perwrite.seed = mix_seed(o.seed, 61);
+    token.ids64().bfloat16();
+    token.seed = mix_seed(o.seed, 62);
+    for (const CaseSpec& s : {perwrite, token}) {
+        const Encoded e = make_inputs(s).encode();
+        const RunResult cpu_good = run_cpu(s, e);
+        const DeviceInputs good(e);
+        DeviceInputs scratch(e);
+        const CudaPlan plan(s, OutMode::Plan);
+        t.check(std::string("a plan never executed: SUCCESS (") + (s.idx64 ? "int64" : "int32") + ")",
+                sdm_p1_execute_status(plan.get()) == SDM_P1_SUCCESS ? "" : sdm_p1_last_error());
+        for (const BadData& bad : kBadData) {
+            const std::string what = std::string(bad.name) + (s.per_write ? " (per-write gates, int32)" : " (per-token gates, int64, bf16)");
+            t.run(what, [&] { return check_bad_data(s, bad, plan, scratch, good, cpu_good, stream); });
+        }
+    }
+}
+
+// ---- bad arguments -------------------------------------------------------------------------
+
+std::string expect_refused(sdm_p1_status st, const std::string& field) {
+    if (st != SDM_P1_ERROR_INVALID_ARGUMENT) return std::string("got ") + sdm_p1_status_string(st) + ": " + sdm_p1_last_error();
+    if (!field.empty() && !names(sdm_p1_last_error(), field)) return std::string("the message does not name '") + field + "': " + sdm_p1_last_error();
+    return "";
+}
+
+void test_bad_arguments(Tally& t, const Options& o, cudaStream_t stream) {
+    const CaseSpec s = api_case("bad-arguments", o.seed);
+    const Encoded e = make_inputs(s).encode();
+    const RunResult cpu = run_cpu(s, e);
+    const DeviceInputs dev(e);
+    const sdm_p1_inputs good = dev.view(true), host = host_view(e, true);
+    const CudaPlan plan(s, OutMode::Plan);
+    const struct { const char* name; const void* sdm_p1_inputs::*member; } inputs[] = {
+        {"k_idx", &sdm_p1_inputs::k_idx}, {"q_idx", &sdm_p1_inputs::q_idx},
+        {"k_val", &sdm_p1_inputs::k_val}, {"q_val", &sdm_p1_inputs::q_val}};
+    for (const auto& f : inputs) {
+        t.run(std::string("host memory as ") + f.name, [&] {
+            sdm_p1_inputs in = good;
+            in.*f.member = host.*f.member;
+            return expect_refused(plan.enqueue(in, stream), f.name);
+        });
+    }
+    t.run("host memory as g", [&] {
+        sdm_p1_inputs in = good;
+        in.g = host.g;
+        return expect_refused(plan.enqueue(in, stream), "g");
+    });
+    t.run("host memory as beta", [&] {
+        sdm_p1_inputs in = good;
+        in.beta = host.beta;
+        return expect_refused(plan.enqueue(in, stream), "beta");
+    });
+    t.run("a stack address as k_idx", [&] {
+        int64_t local[4] = {0, 0, 0, 0};
+        sdm_p1_inputs in = good;
+        in.k_idx = local;
+        return expect_refused(plan.enqueue(in, stream), "k_idx");
+    });
+    t.run("k_idx NULL", [&] {
+        sdm_p1_inputs in = good;
+        in.k_idx = nullptr;
+        return expect_refused(plan.enqueue(in, stream), "k_idx");
+    });
+    t.run("g misaligned", [&] {
+        sdm_p1_inputs in = good;
+        in.g = reinterpret_cast<const float*>(static_cast<const char*>(dev.g.get()) + 2);
+        return expect_refused(plan.enqueue(in, stream), "g");
+    });
+    t.run("host memory as a caller output buffer", [&] {
+        const CudaPlan caller(s, OutMode::Caller);
+        std::vector<unsigned char> host_out(caller.views()[SDM_P1_FIELD_QK].bytes);
+        void* bufs[SDM_P1_FIELD_COUNT];
+        std::memcpy(bufs, caller.buffers(), sizeof bufs);
+        bufs[SDM_P1_FIELD_QK] = host_out.data();
+        return expect_refused(sdm_p1_execute(caller.get(), &good, bufs, SDM_P1_FIELD_COUNT, stream), "qk");
+    });
+    t.run("the plan still works after refusals", [&] { return execute_and_compare(plan, good, stream, cpu); });
+    t.run("a device ordinal past the last device", [&] {
+        int count = 0;
+        CUDA_CHECK(cudaGetDeviceCount(&count));
+        sdm_p1_desc d = make_desc(s, SDM_P1_BACKEND_CUDA);
+        d.device = count;
+        sdm_p1_plan* p = nullptr;
+        const sdm_p1_status st = sdm_p1_plan_create(&p, &d);
+        sdm_p1_plan_destroy(p);
+        return st != SDM_P1_SUCCESS && p == nullptr ? "" : std::string("plan_create accepted device ") + std::to_string(count);
+    });
+    int count = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (count >= 2) {
+        t.run("inputs on device 1 for a plan on device 0", [&] {
+            CUDA_CHECK(cudaSetDevice(1));
+            std::string why;
+            {
+                const DeviceInputs other(e);
+                CUDA_CHECK(cudaSetDevice(0));
+                why = expect_refused(plan.enqueue(other.view(true), stream), "");
+                CUDA_CHECK(cudaSetDevice(1));
+            }
+            CUDA_CHECK(cudaSetDevice(0));
+            return why;
+        });
+    }
+}
+
+// ---- backend selection and small promises ------------------------------------------------------
+
+void test_backend(Tally& t, const Options& o) {
+    const CaseSpec s = api_case("backend", o.seed);
+    t.run("AUTO picks CUDA, the current device resolved", [&] {
+        sdm_p1_desc d = make_desc(s, SDM_P1_BACKEND_AUTO);
+        sdm_p1_plan* plan = nullptr;
+        sdm_p1_status st = sdm_p1_plan_create(&plan, &d);
+        if (st != SDM_P1_SUCCESS) return api_error("plan_create", st);
+        sdm_p1_desc r;
+        st = sdm_p1_plan_desc(plan, &r);
+        sdm_p1_plan_destroy(plan);
+        if (st != SDM_P1_SUCCESS) return api_error("plan_desc", st);
+        if (r.backend != SDM_P1_BACKEND_CUDA) return "backend " + std::to_string(r.backend);
+        return r.device == 0 ? std::string() : "device " + std::to_string(r.device);
+    });
+    t.run("the plan's outputs are device memory of device 0", [&] {
+        const CudaPlan plan(s, OutMode::Plan);
+        for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
+            if (!plan.views()[f].requested) continue;
+            cudaPointerAttributes a{};
+            CUDA_CHECK(cudaPointerGetAttributes(&a, plan.views()[f].data));
+            if (a.type != cudaMemoryTypeDevice || a.device != 0) return std::string(plan.views()[f].name) + " is not device memory of device 0";
+        }
+        return std::string();
+    });
+    t.run("sdm_p1_cuda_device_count agrees with the runtime", [&] {
+        int runtime = 0;
+        int32_t lib = -1;
+        CUDA_CHECK(cudaGetDeviceCount(&runtime));
+        const sdm_p1_status st = sdm_p1_cuda_device_count(&lib);
+        return st == SDM_P1_SUCCESS && lib == runtime ? std::string() : api_error("cuda_device_count", st);
+    });
+    t.run("execute_status of a CPU plan after a failed execute: SUCCESS", [&] {
+        HostInputs in = make_inputs(s);
+        in.g[0] = std::nanf("");
+        const Encoded e = in.encode();
+        const sdm_p1_desc d = make_desc(s, SDM_P1_BACKEND_CPU);
+        sdm_p1_plan* plan = nullptr;
+        sdm_p1_plan_create(&plan, &d);
+        const sdm_p1_inputs hv = host_view(e, true);
+        const sdm_p1_status ex = sdm_p1_execute(plan, &hv, nullptr, 0, nullptr);
+        const sdm_p1_status st = sdm_p1_execute_status(plan);
+        sdm_p1_plan_destroy(plan);
+        return ex == SDM_P1_ERROR_INVALID_INPUT && st == SDM_P1_SUCCESS ? "" : std::string("got ") + sdm_p1_status_string(st);
+    });
+    t.run("library version 1.1 or later", [] {
+        return sdm_p1_version_number() >= 10100 ? "" : std::string("version ") + sdm_p1_version_string();
+    });
+}
+
+// ---- what an execute costs the host --------------------------------------------------------
+
+// Host time per sdm_p1_execute of a tiny plan (the pointer checks plus the launches), next
+// to the cost of enqueuing a 4-byte cudaMemsetAsync. Printed, not checked.
+void report_execute_cost(Tally& t, cudaStream_t stream) {
+    CaseSpec s = spec("tiny", 1, 1, 1, 1, 4);
+    const Encoded e = make_inputs(s).encode();
+    const DeviceInputs dev(e);
+    const CudaPlan plan(s, OutMode::Plan);
+    const sdm_p1_inputs in = dev.view(false);
+    DeviceBuffer word(4);
+    auto per_call = [&](const std::function<bool()>& call) {
+        double best = 1e30, total = 0;
+        const int batches = 10, calls = 200;   // synchronize between batches: the queue stays short
+        for (int b = -1; b < batches; ++b) {   // batch -1 warms up
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < calls; ++i) {
+                if (!call()) throw std::runtime_error(std::string("call failed: ") + sdm_p1_last_error());
+            }
+            const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            if (b < 0) continue;
+            total += us;
+            best = std::min(best, us);
+        }
+        return std::make_pair(total / batches, best);
+    };
+    t.run("2000 executes of a 1x1x1x1 plan", [&] {
+        const auto ex = per_call([&] { return plan.enqueue(in, stream) == SDM_P1_SUCCESS; });
+        const auto ms = per_call([&] { return cudaMemsetAsync(word.get(), 0, 4, stream) == cudaSuccess; });
+        std::printf("  host time per sdm_p1_execute (tiny plan, its pointer checks and launches): mean %.2f us, "
+                    "best batch %.2f us; per 4-byte cudaMemsetAsync: mean %.2f us\n", ex.first, ex.second, ms.first);
+        return std::string();
+    });
+}
+
+// ---- main ------------------------------------------------------------------------------------
+
+// Whether a device is there for the CUDA backend; prints why not.
+bool device_present() {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        std::printf("cudaGetDeviceCount: %d devices (%s)\n", count, cudaGetErrorString(err));
+        return false;
+    }
+    int32_t lib = 0;
+    const sdm_p1_status st = sdm_p1_cuda_device_count(&lib);
+    if (st != SDM_P1_SUCCESS || lib == 0) {
+        std::printf("sdm_p1_cuda_device_count: %d (%s)\n", lib, sdm_p1_status_string(st));
+        return false;
+    }
+    return true;
+}
+
+void print_header(const Options& o) {
+    std::printf("libsdmp1 %s, seed %llu%s%s\n", sdm_p1_version_string(), (unsigned long long)o.seed,
+                o.quick ? ", quick" : "", o.cpu_only ? ", CPU backend only" : "");
+    if (o.cpu_only) return;
+    cudaDeviceProp p{};
+    int driver = 0, runtime = 0;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    CUDA_CHECK(cudaDriverGetVersion(&driver));
+    CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    std::printf("device 0: %s, sm_%d%d, %d SMs; driver API %d, runtime %d\n", p.name, p.major, p.minor,
+                p.multiProcessorCount, driver, runtime);
+}
+
+bool parse(int argc, char** argv, Options& o) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--quick") {
+            o.quick = true;
+        } else if (a == "--cpu-only") {
+            o.cpu_only = true;
+        } else if (a == "--verbose" || a == "-v") {
+            o.verbose = true;
+        } else if (a == "--seed" && i + 1 < argc) {
+            o.seed = std::strtoull(argv[++i], nullptr, 0);
+        } else if (a == "--only" && i + 1 < argc) {
+            o.only = argv[++i];
+        } else {
+            std::printf("usage: %s [--quick] [--seed S] [--only FAMILY] [--cpu-only] [--verbose]\n", argv[0]);
+            return false;
+        }
+    }
+    return true;
+}
+
+void run_comparison_families(Tally& t, const Options& o, cudaStream_t stream) {
+    run_cases(t, "cover", cover_cases(o), o, stream);
+    run_cases(t, "grid", grid_cases(o), o, stream);
+    run_cases(t, "random", random_cases(o), o, stream);
+    run_cases(t, "det_fields", det_field_cases(o), o, stream);
+    run_cases(t, "rec_tile", rec_tile_cases(o), o, stream);
+    run_cases(t, "gates", gate_cases(o), o, stream);
+    run_cases(t, "values", value_cases(o), o, stream);
+    run_cases(t, "streams", stream_cases(o), o, stream);
+    run_cases(t, "largest", largest_cases(o), o, stream);
+    run_cases(t, "bench_shapes", bench_shape_cases(o), o, stream);
+}
+
+// One API family; an exception outside its checks (in its setup) counts as a failed check.
+void family(Tally& t, const Options& o, const char* name, const std::function<void()>& body) {
+    if (!o.only.empty() && o.only != name) return;
+    t.begin(name);
+    try {
+        body();
+    } catch (const std::exception& e) {
+        t.check("setup", std::string("exception: ") + e.what());
+    }
+    t.end();
+}
+
+void run_api_families(Tally& t, const Options& o, cudaStream_t stream) {
+    family(t, o, "output_modes", [&] { test_output_modes(t, o, stream); });
+    family(t, o, "determinism", [&] { test_determinism(t, o); });
+    family(t, o, "no_host_sync", [&] { test_no_host_sync(t, o); });
+    family(t, o, "graph", [&] { test_graph_capture(t, o); });
+    family(t, o, "allocator", [&] { test_allocator(t, o, stream); });
+    family(t, o, "bad_data", [&] { test_bad_data(t, o, stream); });
+    family(t, o, "backend", [&] { test_backend(t, o); });
+    if (!o.quick) family(t, o, "execute_cost", [&] { report_execute_cost(t, stream); });   // timing: not under a sanitizer
+    // Last: should a host pointer get through to a kernel, the context is lost for what follows.
+    family(t, o, "bad_arguments", [&] { test_bad_arguments(t, o, stream); });
+}
+
+int run(const Options& o) {
+    print_header(o);
+    Tally t;
+    if (o.cpu_only) {
+        run_comparison_families(t, o, nullptr);
+    } else {
+        Stream stream;
+        run_comparison_families(t, o, stream.s);
+        run_api_families(t, o, stream.s);
+    }
+    std::printf("%d passed, %d failed\n", t.total_passed(), t.total_failed());
+    return t.total_failed() == 0 && t.total_passed() > 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    if (!parse(argc, argv, o)) return 2;
+    if (!o.cpu_only && !device_present()) {
+        std::printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    try {
+        return run(o);
+    } catch (const std::exception& e) {   // a failure outside any one check (setup)
+        std::printf("error: %s\n0 passed, 1 failed\n", e.what());
+        return 1;
+    }
+}
