@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -156,14 +158,15 @@ inline const char* mode_name(OutMode m) {
 // A CUDA plan with the buffers of its output mode; poisons outputs before each execute.
 class CudaPlan {
 public:
-    CudaPlan(const CaseSpec& s, OutMode mode, const sdm_p1_allocator* alloc = nullptr)
-        : spec_(s), mode_(mode) {
+    CudaPlan(const CaseSpec& s, OutMode mode, const sdm_p1_allocator* alloc = nullptr) : mode_(mode) {
         sdm_p1_desc d = make_desc(s, SDM_P1_BACKEND_CUDA,
                                   mode == OutMode::Caller ? SDM_P1_OUTPUTS_CALLER : SDM_P1_OUTPUTS_PLAN);
         if (alloc != nullptr) d.allocator = *alloc;
-        const sdm_p1_status st = sdm_p1_plan_create(&plan_, &d);
+        sdm_p1_plan* plan = nullptr;
+        const sdm_p1_status st = sdm_p1_plan_create(&plan, &d);
         if (st != SDM_P1_SUCCESS) throw std::runtime_error(api_error("cuda plan_create", st));
-        sdm_p1_outputs(plan_, views_, SDM_P1_FIELD_COUNT);
+        plan_.reset(plan);
+        sdm_p1_outputs(plan, views_, SDM_P1_FIELD_COUNT);
         for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
             given_[f] = nullptr;
             where_[f] = views_[f].data;
@@ -177,9 +180,8 @@ public:
     }
     CudaPlan(const CudaPlan&) = delete;
     CudaPlan& operator=(const CudaPlan&) = delete;
-    ~CudaPlan() { sdm_p1_plan_destroy(plan_); }
 
-    sdm_p1_plan* get() const { return plan_; }
+    sdm_p1_plan* get() const { return plan_.get(); }
     const sdm_p1_tensor* views() const { return views_; }
     void* const* buffers() const { return given_; }
 
@@ -195,8 +197,8 @@ public:
     }
     // The execute alone (graph capture poisons outside the graph).
     sdm_p1_status enqueue(const sdm_p1_inputs& in, cudaStream_t stream) const {
-        if (mode_ == OutMode::Plan) return sdm_p1_execute(plan_, &in, nullptr, 0, stream);
-        return sdm_p1_execute(plan_, &in, given_, SDM_P1_FIELD_COUNT, stream);
+        if (mode_ == OutMode::Plan) return sdm_p1_execute(get(), &in, nullptr, 0, stream);
+        return sdm_p1_execute(get(), &in, given_, SDM_P1_FIELD_COUNT, stream);
     }
     // Every field's bytes (call after the execute's stream is synchronized).
     std::vector<Bytes> fetch() const {
@@ -211,7 +213,7 @@ public:
     // After cudaStreamSynchronize: the data check, then the outputs.
     RunResult result() const {
         RunResult r;
-        r.status = sdm_p1_execute_status(plan_);
+        r.status = sdm_p1_execute_status(get());
         if (r.status != SDM_P1_SUCCESS) r.error = sdm_p1_last_error();
         r.views.assign(views_, views_ + SDM_P1_FIELD_COUNT);
         r.fields = fetch();
@@ -219,9 +221,11 @@ public:
     }
 
 private:
-    CaseSpec spec_;
+    struct Destroy {
+        void operator()(sdm_p1_plan* p) const { sdm_p1_plan_destroy(p); }
+    };
     OutMode mode_;
-    sdm_p1_plan* plan_ = nullptr;
+    std::unique_ptr<sdm_p1_plan, Destroy> plan_;
     sdm_p1_tensor views_[SDM_P1_FIELD_COUNT];
     void* given_[SDM_P1_FIELD_COUNT];   // what execute gets (caller buffers or NULL)
     void* where_[SDM_P1_FIELD_COUNT];   // where each field lands

@@ -130,7 +130,7 @@ sum_meson_test() {
 }
 sum_sanitizer() {
     local errors cases
-    errors=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$1" | sed 's/^=* *//' | paste -sd ';' -)
+    errors=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$1" | sed 's/^=* *//' | paste -sd ';' - | sed 's/;/; /g')
     cases=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -1)
     echo "${errors:-no error summary}${cases:+; test_cuda --quick: $cases}"
 }
@@ -201,7 +201,7 @@ python_tests() {
         echo "python3 lacks cffi, numpy or pytest: skipped"
         return 77
     fi
-    SDMP1_LIBRARY="$build/libsdmp1.so" python3 -m pytest -q -p no:cacheprovider bindings/python/tests
+    SDMP1_LIBRARY="$(cd "$build" && pwd)/libsdmp1.so" python3 -m pytest -q -p no:cacheprovider bindings/python/tests
 }
 if [ "$do_python" = 1 ]; then
     if ! compgen -G "bindings/python/tests/test_*.py" >/dev/null; then
