@@ -185,7 +185,8 @@ def _evict() -> None:
 
 
 def get_plan(framework: str, device: int, stream: int, options: tuple,
-             make_workspace: Callable[[], Workspace], capturing: bool = False) -> GpuPlan:
+             make_workspace: Callable[[], Workspace], capturing: bool = False,
+             backend: int = lib.SDM_P1_BACKEND_CUDA) -> GpuPlan:
     """The cached plan for (framework, device, stream, options), created on a miss.
 
     ``options``: (N, C, W, R, num_parallel, stream_offset, num_keys, valid_last, index dtype,
@@ -193,6 +194,7 @@ def get_plan(framework: str, device: int, stream: int, options: tuple,
     stream is being captured into a CUDA graph: the plan is pinned, and on a miss a plan of
     the same options made for another stream is moved to this one rather than created,
     because creating a plan is not allowed during capture (it initialises its workspace).
+    ``backend``: CUDA; the tests drive this machinery with the CPU backend on host memory.
     """
     key = (framework, device, stream) + options
     with _cache.lock:
@@ -216,7 +218,8 @@ def get_plan(framework: str, device: int, stream: int, options: tuple,
         stream_offset=options[5], num_keys=options[6], valid_last=options[7],
         index_dtype=options[8], value_dtype=options[9], gate_width=options[10],
         need_read_groups=options[11], det_fields=options[12], rec_tile=options[13],
-        backend=lib.SDM_P1_BACKEND_CUDA, device=device, num_threads=None,
+        backend=backend, device=device if backend == lib.SDM_P1_BACKEND_CUDA else None,
+        num_threads=None,
     )
     try:
         plan = GpuPlan(key, values, stream, make_workspace())

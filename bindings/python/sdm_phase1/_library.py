@@ -216,19 +216,23 @@ def _load(ffi: cffi.FFI):
             return ffi.dlopen(override), override
         except OSError as e:
             raise ImportError(f"sdm_phase1: cannot load {ENV_VAR}={override!r}: {e}") from e
-    tried = []
+    tried = [f"1. {ENV_VAR}: not set"]
+    if _source_tree_library() is None:
+        tried.append(f"2. the source tree's build/libsdmp1.so: none ({Path(__file__).parent} is "
+                     "an installed package, not bindings/python/sdm_phase1 of a checkout)")
     for cand in candidate_paths():
+        step = "2. the source tree's build" if os.path.sep in cand else "3. the system's library path"
         if os.path.sep in cand and not os.path.isfile(cand):
-            tried.append(f"{cand} (no such file)")
+            tried.append(f"{step}: {cand} (no such file)")
             continue
         try:
             return ffi.dlopen(cand), cand
         except OSError as e:
-            tried.append(f"{cand} ({e})")
+            tried.append(f"{step}: {cand} ({e})")
     raise ImportError(
         "sdm_phase1: libsdmp1 not found. Build it (meson setup build && ninja -C build), "
-        f"install it, or set {ENV_VAR} to the path of libsdmp1.so. Looked in:\n  "
-        + "\n  ".join(tried)
+        f"install it (meson install -C build, then ldconfig), or set {ENV_VAR} to the path of "
+        "libsdmp1.so. Tried, in order:\n  " + "\n  ".join(tried)
     )
 
 

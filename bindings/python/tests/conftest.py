@@ -6,3 +6,6 @@ import sys
 _PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _PYTHON_DIR not in sys.path:
     sys.path.insert(0, _PYTHON_DIR)
+
+# JAX (GPU tests) would otherwise take most of the GPU's memory at its first use.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")

@@ -1,0 +1,152 @@
+"""The device path's framework-independent machinery (sdm_phase1._gpu), driven with the CPU
+backend on host memory so that it runs in CI without a GPU: plans created through the allocator
+hook (cffi callbacks), executes with raw pointers into caller buffers, the plan cache (hits,
+per-stream plans, eviction, pinning, moving a plan to a capturing stream), the data check and
+synchronize()."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sdm_phase1 as p1
+from gpu_support import cpu_result, split
+from sdm_phase1 import _gpu
+from sdm_phase1._library import lib
+from sdm_phase1._types import DTYPES, Phase1
+from test_reference import make_case
+
+CPU = lib.SDM_P1_BACKEND_CPU
+
+
+class HostWorkspace(_gpu.Workspace):
+    """Host memory standing in for a framework's allocator."""
+
+    def __init__(self, log):
+        self.blocks = {}
+        self.log = log
+
+    def alloc(self, nbytes, stream):
+        buf = np.empty(nbytes + 256, np.uint8)
+        ptr = (buf.ctypes.data + 255) // 256 * 256
+        self.blocks[ptr] = buf
+        self.log.append(("alloc", nbytes, stream))
+        return ptr
+
+    def free(self, ptr):
+        del self.blocks[ptr]
+        self.log.append(("free", ptr))
+
+    def sync(self):
+        self.log.append(("sync",))
+
+
+class FailingWorkspace(HostWorkspace):
+    def alloc(self, nbytes, stream):
+        raise MemoryError("no memory for the test")
+
+
+def options_of(inputs, opts, det_fields=p1.DET_SHIPPED | p1.DET_RECORDS, rg=True, tile=0):
+    N, C, W = inputs["k_idx"].shape
+    index = lib.SDM_P1_DTYPE_INT32 if inputs["k_idx"].dtype == np.int32 else lib.SDM_P1_DTYPE_INT64
+    value = lib.SDM_P1_DTYPE_FLOAT32 if inputs["k_val"].dtype == np.float32 else lib.SDM_P1_DTYPE_BFLOAT16
+    return (N, C, W, inputs["q_idx"].shape[2], opts["num_parallel"], opts["stream_offset"],
+            opts["num_keys"], opts["valid_last"], index, value, inputs["g"].shape[2], rg, det_fields,
+            tile)
+
+
+def run(plan, inputs):
+    outs = [np.empty(shape, DTYPES[dt]) for _, shape, dt in plan.fields]
+    beta = inputs["beta"]
+    plan.execute(*(inputs[n].ctypes.data for n in ("k_idx", "q_idx", "k_val", "q_val", "g")),
+                 0 if beta is None else beta.ctypes.data, [o.ctypes.data for o in outs])
+    fields = [None] * 29
+    for (f, _, _), o in zip(plan.fields, outs):
+        fields[f] = o
+    return fields
+
+
+@pytest.fixture
+def fresh_cache():
+    p1.clear_plan_cache()
+    yield
+    p1.clear_plan_cache()
+
+
+def test_execute_through_the_allocator_hook(fresh_cache):
+    case = make_case(1, N=4, C=16, W=4, R=3, P=2, num_keys=32, valid_last=9, vals="bf16")
+    inputs, opts = split(case)
+    log = []
+    key = options_of(inputs, opts)
+    plan = _gpu.get_plan("host", 0, 0, key, lambda: HostWorkspace(log), backend=CPU)
+    assert [e[0] for e in log] == ["alloc"] and log[0][2] == 0  # the library's stream: NULL
+    assert [f for f, _, _ in plan.fields][-1] == 28  # repeats last
+    got = run(plan, inputs)
+    want = cpu_result(inputs, opts, det_fields=key[12])
+    for f, name in enumerate(Phase1._fields):
+        if got[f] is not None:
+            assert got[f].tobytes() == want[f].tobytes(), name
+    assert plan.pending
+    p1.synchronize()
+    assert not plan.pending and log[-1] == ("sync",)
+    info = p1.plan_cache_info()
+    assert info["plans"] == 1 and info["created"] >= 1
+    p1.clear_plan_cache()
+    assert log[-1][0] == "free" and p1.plan_cache_info()["plans"] == 0
+
+
+def test_cache_per_stream_hits_and_eviction(fresh_cache, monkeypatch):
+    case = make_case(2, N=2, C=8, W=3, R=2, P=1, num_keys=16)
+    inputs, opts = split(case)
+    key = options_of(inputs, opts)
+    log = []
+    make = lambda: HostWorkspace(log)  # noqa: E731
+    a = _gpu.get_plan("host", 0, 0, key, make, backend=CPU)
+    before = p1.plan_cache_info()
+    assert _gpu.get_plan("host", 0, 0, key, make, backend=CPU) is a
+    assert p1.plan_cache_info()["hits"] == before["hits"] + 1
+    b = _gpu.get_plan("host", 0, 7, key, make, backend=CPU)  # another stream: another plan
+    assert b is not a and b.stream == 7
+    monkeypatch.setattr(_gpu, "CACHE_LIMIT", 2)
+    a.pinned = True
+    other = key[:12] + (p1.DET_SHIPPED, 0)
+    c = _gpu.get_plan("host", 0, 0, other, make, backend=CPU)  # evicts b, the oldest unpinned
+    plans = list(_gpu._cache.plans.values())
+    assert a in plans and c in plans and b not in plans and b.handle is None
+    p1.clear_plan_cache()
+    assert list(_gpu._cache.plans.values()) == [a]  # pinned plans stay
+    a.pinned = False
+
+
+def test_capture_moves_a_plan_of_another_stream(fresh_cache):
+    case = make_case(3, N=2, C=8, W=3, R=2, P=1, num_keys=16)
+    inputs, opts = split(case)
+    key = options_of(inputs, opts)
+    log = []
+    a = _gpu.get_plan("host", 0, 5, key, lambda: HostWorkspace(log), backend=CPU)
+    created = p1.plan_cache_info()["created"]
+    b = _gpu.get_plan("host", 0, 9, key, lambda: HostWorkspace(log), capturing=True, backend=CPU)
+    assert b is a and a.stream == 9 and a.pinned  # moved, not created
+    assert p1.plan_cache_info()["created"] == created
+    assert _gpu.get_plan("host", 0, 9, key, None, backend=CPU) is a
+    a.pinned = False
+
+
+def test_allocator_failure_is_reported(fresh_cache):
+    case = make_case(4, N=2, C=8, W=3, R=2, P=1, num_keys=16)
+    inputs, opts = split(case)
+    with pytest.raises(p1.Phase1Error) as info:
+        _gpu.get_plan("host", 0, 0, options_of(inputs, opts), lambda: FailingWorkspace([]),
+                      backend=CPU)
+    assert info.value.status == "SDM_P1_ERROR_OUT_OF_MEMORY"
+    assert "no memory for the test" in str(info.value)
+    assert isinstance(info.value.__cause__, MemoryError)
+
+
+def test_refused_options_raise(fresh_cache):
+    case = make_case(5, N=2, C=8, W=3, R=2, P=1, num_keys=16)
+    inputs, opts = split(case)
+    key = options_of(inputs, dict(opts, valid_last=0))
+    with pytest.raises(p1.Phase1Error, match="valid_last"):
+        _gpu.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
+    assert p1.plan_cache_info()["plans"] == 0
+
