@@ -245,8 +245,9 @@ def get_plan(framework: str, device: int, stream: int, options: tuple,
 
 def _take_other_stream(key: tuple) -> Optional[GpuPlan]:
     # Called with the cache lock held: an unpinned plan of the same framework, device and
-    # options on another stream, removed from the cache.
-    for k, p in _cache.plans.items():
+    # options on another stream, removed from the cache; the most recently used one (the
+    # warm-up's, typically).
+    for k, p in reversed(list(_cache.plans.items())):
         if k[:2] == key[:2] and k[3:] == key[3:] and not p.pinned:
             return _cache.plans.pop(k)
     return None
