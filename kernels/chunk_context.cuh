@@ -20,33 +20,40 @@ constexpr uint32_t kNoError = 0xFFFFFFFFu;
 
 SDM_HD size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
-// Byte offsets of the chunk's arrays (n = C * (W + R) entries).
+// Byte offsets of the chunk's arrays (n = C * (W + R) entries). All but position are indexed
+// by sorted position; k_val, q_val and ids are read from global memory where needed.
 struct ArrayLayout {
-    size_t log;        // Fix[n]; before it is written: the sort keys, uint64[2n] (two buffers)
-    size_t payload;    // uint32[n] payload words, group heads set
-    size_t value;      // float[n] k_val / q_val of the sorted entry (0 for padding)
-    size_t slot;       // uint32[n] slot id - id_base of the sorted entry
-    size_t before;     // uint32[n] peers before the entry in its group
-    size_t position;   // uint32[n] by entry: its sorted position
-    size_t gate;       // Fix[C * gate_width] the chunk's gates in fixed point
+    size_t log;         // Fix[n] inclusive log-cumsum of the group; before the scans: the sort
+                        // keys, uint64[2n] (two buffers)
+    size_t payload;     // uint32[n] payload words, group heads set
+    size_t writes;      // uint32[n] write entries (valid or padding) before the position
+    size_t before;      // uint32[n] peers (valid entries of its kind) before it in its group
+    size_t end;         // uint32[n] last position of its group
+    size_t firsts;      // uint32[n] valid first writes of groups at or after it (tiles,
+                        // dc_kpos / dc_bpre only; else 0 bytes)
+    size_t position;    // uint32[n] by entry: its sorted position
+    size_t gate;        // Fix[C * gate_width] the chunk's gates in fixed point
     size_t bytes;
 };
 
-SDM_HD ArrayLayout array_layout(int n, int C, int gate_width) {
+SDM_HD ArrayLayout array_layout(int n, int C, int gate_width, bool group_counts) {
+    const size_t words = align16(4 * static_cast<size_t>(n));
     ArrayLayout l{};
     size_t at = 0;
     l.log = at;
     at += align16(16 * static_cast<size_t>(n));
     l.payload = at;
-    at += align16(4 * static_cast<size_t>(n));
-    l.value = at;
-    at += align16(4 * static_cast<size_t>(n));
-    l.slot = at;
-    at += align16(4 * static_cast<size_t>(n));
+    at += words;
+    l.writes = at;
+    at += words;
     l.before = at;
-    at += align16(4 * static_cast<size_t>(n));
+    at += words;
+    l.end = at;
+    at += words;
+    l.firsts = at;
+    at += group_counts ? words : 0;
     l.position = at;
-    at += align16(4 * static_cast<size_t>(n));
+    at += words;
     l.gate = at;
     at += align16(16 * static_cast<size_t>(C) * gate_width);
     l.bytes = at;
@@ -65,9 +72,10 @@ struct ChunkArrays {
     uint64_t* keys;   // aliases log
     Fix* log;
     uint32_t* payload;
-    float* value;
-    uint32_t* slot;
+    uint32_t* writes;
     uint32_t* before;
+    uint32_t* end;
+    uint32_t* firsts;   // null when the plan needs no group counts
     uint32_t* position;
     Fix* gate;
 };
@@ -77,9 +85,10 @@ SDM_HD ChunkArrays bind_arrays(char* base, const ArrayLayout& l) {
     a.keys = reinterpret_cast<uint64_t*>(base + l.log);
     a.log = reinterpret_cast<Fix*>(base + l.log);
     a.payload = reinterpret_cast<uint32_t*>(base + l.payload);
-    a.value = reinterpret_cast<float*>(base + l.value);
-    a.slot = reinterpret_cast<uint32_t*>(base + l.slot);
+    a.writes = reinterpret_cast<uint32_t*>(base + l.writes);
     a.before = reinterpret_cast<uint32_t*>(base + l.before);
+    a.end = reinterpret_cast<uint32_t*>(base + l.end);
+    a.firsts = l.position > l.firsts ? reinterpret_cast<uint32_t*>(base + l.firsts) : nullptr;
     a.position = reinterpret_cast<uint32_t*>(base + l.position);
     a.gate = reinterpret_cast<Fix*>(base + l.gate);
     return a;

@@ -22,6 +22,7 @@ struct KernelShape {
     int rec_tile;            // L
     bool idx64;              // int64 ids (else int32)
     bool bf16;               // bfloat16 values and value-typed outputs (else float32)
+    bool group_counts;       // tiles or dc fields requested: the kernel counts groups
 };
 
 // Device pointers of one execute's outputs; null: not requested. Value-typed fields (cpe,

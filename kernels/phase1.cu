@@ -10,6 +10,7 @@
 #include "stage_decode.cuh"
 #include "stage_load.cuh"
 #include "stage_pairs.cuh"
+#include "stage_records.cuh"
 #include "stage_scans.cuh"
 #include "stage_sort.cuh"
 
@@ -40,7 +41,7 @@ int bit_width(uint64_t v) {
     return b;
 }
 
-__global__ void __launch_bounds__(kThreads) phase1_kernel(const KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
     __shared__ ChunkShared sh;
     const KernelShape& s = a.s;
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) phase1_kernel(const KernelArgs a) {
         __syncthreads();
         scan_forward(a, k, arr, sh, temp.forward);
         scan_backward(a, k, arr, sh, temp.backward);
-        __syncthreads();
+        write_records(a, k, arr, sh);
         pair_sums(a, k, arr, reinterpret_cast<double*>(smem));
         if (threadIdx.x == 0 && sh.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) phase1_kernel(const KernelArgs a) {
 
 int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfig* config) {
     const int n = s.C * (s.W + s.R);
-    const ArrayLayout layout = array_layout(n, s.C, s.gate_width);
+    const ArrayLayout layout = array_layout(n, s.C, s.gate_width, s.group_counts);
     int optin = 0, sms = 0;
     cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -133,7 +134,7 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     a.out = out;
     a.scratch = config.arrays_in_smem ? nullptr : static_cast<char*>(scratch);
     a.scratch_per_block = config.scratch_per_block;
-    a.layout = array_layout(n, s.C, s.gate_width);
+    a.layout = array_layout(n, s.C, s.gate_width, s.group_counts);
     a.entry_bits = std::max(1, bit_width(static_cast<uint64_t>(n - 1)));
     // Slots run to num_keys (padding), so the keys need bit_width(num_keys) more bits.
     a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys));

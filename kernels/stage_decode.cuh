@@ -1,5 +1,5 @@
 // Stage "decode": from the sorted keys, every sorted position's payload word (with its group
-// head bit), value and slot, and every entry's sorted position.
+// head bit) and every entry's sorted position.
 #ifndef SDM_P1_KERNELS_STAGE_DECODE_CUH
 #define SDM_P1_KERNELS_STAGE_DECODE_CUH
 
@@ -8,12 +8,11 @@
 namespace sdm_p1 {
 namespace cuda {
 
-__device__ inline void decode(const KernelArgs& a, const Chunk& k, const uint64_t* sorted,
+__device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, const uint64_t* sorted,
                               const ChunkArrays& arr) {
     const KernelShape& s = a.s;
-    const int W = s.W, R = s.R, WR = W + R;
+    const int W = s.W, WR = W + s.R;
     const uint64_t entry_mask = (uint64_t{1} << a.entry_bits) - 1u;
-    const int64_t tok0 = k.c * s.C;
     for (int r = threadIdx.x; r < k.n; r += blockDim.x) {
         const uint64_t key = sorted[r];
         const int e = static_cast<int>(key & entry_mask);
@@ -30,10 +29,6 @@ __device__ inline void decode(const KernelArgs& a, const Chunk& k, const uint64_
         }
         arr.payload[r] = payload_word(t, lane, is_q, valid) | (head ? kHead : 0u);
         arr.position[e] = static_cast<uint32_t>(r);
-        arr.value[r] = !valid ? 0.0f
-                       : is_q ? load_value(a.q_val, s.bf16, (tok0 + t) * R + lane)
-                              : load_value(a.k_val, s.bf16, (tok0 + t) * W + lane);
-        arr.slot[r] = static_cast<uint32_t>(slot);
     }
 }
 

@@ -10,7 +10,7 @@
 namespace sdm_p1 {
 namespace cuda {
 
-__device__ inline void load_and_check(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+__device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
                                       ChunkShared& sh) {
     const KernelShape& s = a.s;
     const int W = s.W, R = s.R, WR = W + R, gw = s.gate_width;
@@ -43,7 +43,7 @@ __device__ inline void load_and_check(const KernelArgs& a, const Chunk& k, const
 }
 
 // After load_and_check and a barrier: one thread publishes the chunk's first offender, if any.
-__device__ inline void report_chunk_error(const KernelArgs& a, const Chunk& k, const ChunkShared& sh) {
+__device__ __forceinline__ void report_chunk_error(const KernelArgs& a, const Chunk& k, const ChunkShared& sh) {
     if (threadIdx.x != 0 || sh.error_code == kNoError) return;
     const KernelShape& s = a.s;
     const int W = s.W, R = s.R, WR = W + R;

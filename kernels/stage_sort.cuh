@@ -15,7 +15,7 @@ namespace cuda {
 using BlockSort = cub::BlockRadixSort<uint64_t, kThreads, kItems>;
 
 // Keys of `run` below `key`, in the ascending run [base, base + len).
-__device__ inline int count_below(const uint64_t* base, int len, uint64_t key) {
+__device__ __forceinline__ int count_below(const uint64_t* base, int len, uint64_t key) {
     int lo = 0, hi = len;
     while (lo < hi) {
         const int mid = (lo + hi) >> 1;
@@ -29,7 +29,7 @@ __device__ inline int count_below(const uint64_t* base, int len, uint64_t key) {
 }
 
 // Sorts keys[0, n); returns where the sorted keys are: keys or keys + n.
-__device__ inline uint64_t* sort_entries(const KernelArgs& a, const Chunk& k, uint64_t* keys,
+__device__ __forceinline__ uint64_t* sort_entries(const KernelArgs& a, const Chunk& k, uint64_t* keys,
                                          typename BlockSort::TempStorage& temp) {
     const int n = k.n;
     for (int base = 0; base < n; base += kTile) {

@@ -49,6 +49,7 @@ KernelShape kernel_shape(const Options& o) {
     s.rec_tile = o.rec_tile;
     s.idx64 = o.idx64;
     s.bf16 = o.bf16;
+    s.group_counts = o.has(SDM_P1_DET_TILES) || o.has(SDM_P1_DET_DC_GIDX);
     return s;
 }
 

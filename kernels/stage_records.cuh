@@ -1,0 +1,92 @@
+// Stage "records": every per-entry output, the sorted rows, the records and the tile indices,
+// through the shared write_entry_outputs. The facts of an entry come from the scans' arrays
+// in O(1), so the writes run in entry order: one pass over the write entries, one over the
+// read entries (no divergence between the kinds, coalesced per-entry stores), then the sorted
+// payloads and the rank table in sorted order.
+#ifndef SDM_P1_KERNELS_STAGE_RECORDS_CUH
+#define SDM_P1_KERNELS_STAGE_RECORDS_CUH
+
+#include "chunk_context.cuh"
+
+namespace sdm_p1 {
+namespace cuda {
+
+// Write entries (valid or padding) at or before position r.
+__device__ __forceinline__ uint32_t writes_through(const ChunkArrays& arr, uint32_t r) {
+    return arr.writes[r] + ((arr.payload[r] & kIsQ) ? 0u : 1u);
+}
+
+// The facts of lane `lane` of token t (a read entry if is_q).
+__device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+                                         int t, int lane, bool is_q, uint32_t valid_groups) {
+    const KernelShape& s = a.s;
+    const int WR = s.W + s.R;
+    const uint32_t r = arr.position[t * WR + (is_q ? s.W : 0) + lane];
+    const uint32_t p = arr.payload[r];
+    const bool valid = !(p & kInvalid);
+    const uint32_t end = arr.end[r];
+    // In a group every entry is valid: its write entries are its valid writes.
+    const uint32_t writes_after = writes_through(arr, end) - writes_through(arr, r);
+    EntryFacts e;
+    e.r = r;
+    e.payload = p;
+    e.before = arr.before[r];
+    e.after = !valid ? 0u : is_q ? (end - r) - writes_after : writes_after;
+    e.log = arr.log[r];
+    e.rex = fix_sub(arr.log[end], e.log);
+    const int64_t tok = k.c * s.C + t;
+    e.value = !valid ? 0.0f
+              : is_q ? load_value(a.q_val, s.bf16, tok * s.R + lane)
+                     : load_value(a.k_val, s.bf16, tok * s.W + lane);
+    // The slot only goes into the records.
+    const bool slot_needed = is_q ? (a.out.qrec || a.out.qrec8) : a.out.krec != nullptr;
+    e.slot_key = 0;
+    if (valid && slot_needed) {
+        e.slot_key = (is_q ? load_id(a.q_idx, s.idx64, tok * s.R + lane)
+                           : load_id(a.k_idx, s.idx64, tok * s.W + lane)) - k.id_base;
+    }
+    e.row_index = is_q ? r - arr.writes[r] : arr.writes[r];
+    e.groups_before = (!is_q && arr.firsts) ? static_cast<int32_t>(valid_groups - arr.firsts[r]) : 0;
+    return e;
+}
+
+__device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+                                     const ChunkShared& sh) {
+    const KernelShape& s = a.s;
+    const ChunkFacts f{k.c, s.C, s.W, s.R, s.rec_tile, k.id_base, s.bf16, a.out.kspa ? a.beta : nullptr};
+    for (int x = threadIdx.x; x < s.C * s.W; x += blockDim.x) {
+        write_entry_outputs(a.out, f, entry_facts(a, k, arr, x / s.W, x % s.W, false, sh.valid_groups));
+    }
+    for (int x = threadIdx.x; x < s.C * s.R; x += blockDim.x) {
+        write_entry_outputs(a.out, f, entry_facts(a, k, arr, x / s.R, x % s.R, true, sh.valid_groups));
+    }
+    if (threadIdx.x == 0) write_chunk_tails(a.out, f, static_cast<int32_t>(sh.valid_groups));
+
+    // The sorted payloads (a valid write with no write after it in its group is its group's
+    // last), the row's padding, and per 32 positions (one warp's) the rank table.
+    const int n = k.n;
+    const int64_t row = (static_cast<int64_t>(n) + kRowAlign - 1) / kRowAlign * kRowAlign;
+    int32_t* pay_out = a.out.payload + k.c * row;
+    const int rank_blocks = (n + 31) / 32;
+    for (int base = 0; base < row; base += blockDim.x) {
+        const int r = base + threadIdx.x;
+        uint32_t p = 0;
+        if (r < n) {
+            p = arr.payload[r];
+            const bool valid_write = (p & (kInvalid | kIsQ)) == 0u;
+            const bool last = valid_write && writes_through(arr, arr.end[r]) == arr.writes[r] + 1u;
+            pay_out[r] = static_cast<int32_t>(p | (last ? kLastK : 0u));
+        } else if (r < row) {
+            pay_out[r] = static_cast<int32_t>(kTailPayload);
+        }
+        if (a.out.spay_rank) {
+            const uint32_t mask = __ballot_sync(0xFFFFFFFFu, r < n && !(p & kIsQ));
+            if ((threadIdx.x & 31u) == 0u && r < n) write_rank(a.out, k.c, rank_blocks, r / 32, arr.writes[r], mask);
+        }
+    }
+}
+
+}  // namespace cuda
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_KERNELS_STAGE_RECORDS_CUH
