@@ -1,0 +1,99 @@
+"""CuPy arrays on the CUDA backend: outputs bit for bit the CPU backend's, CuPy arrays from CuPy's
+pool, on CuPy's current stream; bad arguments and device-side bad data. Skips without CuPy, a
+GPU or a CUDA-enabled library."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sdm_phase1 as p1
+from gpu_support import assert_same, cpu_result, cuda_skip_reason, split
+from test_reference import make_case
+
+cupy = pytest.importorskip("cupy")
+
+
+def _reason():
+    reason = cuda_skip_reason()
+    if reason:
+        return reason
+    try:
+        return None if cupy.cuda.runtime.getDeviceCount() > 0 else "CuPy sees no GPU"
+    except Exception as e:  # no driver
+        return f"CuPy sees no GPU ({e})"
+
+
+_REASON = _reason()
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
+
+NAMES = ("k_idx", "q_idx", "k_val", "q_val", "g")
+
+
+def to_cupy(inputs):
+    return {n: (None if a is None else cupy.asarray(a)) for n, a in inputs.items()}
+
+
+def call(x, opts, repeats=None, **kw):
+    return p1.phase1_forward(*(x[n] for n in NAMES), repeats, beta=x["beta"], **opts, **kw)
+
+
+@pytest.mark.parametrize("kw", [dict(vals="f32", idx=np.int64), dict(vals="bf16", gate="write")])
+@pytest.mark.parametrize("det_fields", [None, 3071])
+def test_matches_cpu(kw, det_fields):
+    case = make_case(13, N=4, C=32, W=5, R=4, P=2, num_keys=40, valid_last=17, **kw)
+    inputs, opts = split(case)
+    got = call(to_cupy(inputs), opts, det_fields=det_fields)
+    assert all(x is None or isinstance(x, cupy.ndarray) for x in got)
+    assert_same(cpu_result(inputs, opts, det_fields=det_fields), got)
+
+
+def test_side_stream_and_repeats():
+    case = make_case(14, N=2, C=8, W=3, R=2, P=1, num_keys=16, kmode="random")
+    inputs, opts = split(case)
+    want_rep = np.zeros(1, np.int64)
+    want = cpu_result(inputs, opts, repeats=want_rep)
+    x = to_cupy(inputs)
+    rep = cupy.zeros(1, cupy.int64)
+    cupy.cuda.Stream.null.synchronize()  # the copies above ran on the null stream
+    with cupy.cuda.Stream(non_blocking=True) as stream:
+        got = call(x, opts, rep)
+        stream.synchronize()
+    assert_same(want, got)
+    assert int(rep.get()[0]) == int(want_rep[0])
+
+
+def test_outputs_come_from_cupys_pool():
+    case = make_case(15, N=4, C=64, W=8, R=8, P=2, num_keys=256)
+    inputs, opts = split(case)
+    x = to_cupy(inputs)
+    call(x, opts)  # the plan exists from here on
+    pool = cupy.get_default_memory_pool()
+    before = pool.used_bytes()
+    out = call(x, opts)
+    outputs = sum(a.nbytes for a in out if a is not None)
+    assert outputs <= pool.used_bytes() - before < outputs + 512 * 32
+
+
+def test_bad_arguments():
+    case = make_case(16, N=2, C=8, W=3, R=2, P=1, num_keys=16)
+    inputs, opts = split(case)
+    x = to_cupy(inputs)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        call(dict(x, k_val=cupy.asfortranarray(x["k_val"])), opts)
+    with pytest.raises(TypeError, match="q_idx must be a cupy.ndarray"):
+        call(dict(x, q_idx=inputs["q_idx"]), opts)
+    with pytest.raises(ValueError, match="k_val must be float32"):
+        call(dict(x, k_val=x["k_val"].astype(cupy.float16)), opts)
+    with pytest.raises(ValueError, match="repeats"):
+        call(x, opts, np.zeros(1, np.int64))
+
+
+def test_device_side_bad_data():
+    case = make_case(17, N=2, C=8, W=3, R=2, P=1, num_keys=16)
+    case["k_idx"][1, 3, 2] = 99
+    inputs, opts = split(case)
+    with pytest.raises(p1.Phase1Error) as cpu:
+        cpu_result(inputs, opts)
+    with pytest.raises(p1.Phase1Error) as gpu:
+        call(to_cupy(inputs), opts, check=True)
+    assert gpu.value.status == "SDM_P1_ERROR_INVALID_INPUT" and gpu.value.message == cpu.value.message
