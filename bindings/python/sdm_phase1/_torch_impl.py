@@ -82,11 +82,63 @@ def _options(shapes, dtypes, num_parallel, stream_offset, num_keys, valid_last, 
             value, gate_width, bool(need_read_groups), int(det_fields), max(0, int(rec_tile)))
 
 
-def _plan_dtypes(plan: _gpu.GpuPlan):
-    # Per plan, once: the torch dtype of each output.
-    if plan.extra is None:
-        plan.extra = [(shape, TORCH_DTYPES[dt]) for _, shape, dt in plan.fields]
-    return plan.extra
+class _PlanData:
+    """Per plan, built at its first use: what a call allocates and how it fills Phase1."""
+
+    def __init__(self, plan: _gpu.GpuPlan, device: torch.device):
+        self.specs = [(shape, TORCH_DTYPES[dt]) for _, shape, dt in plan.fields]
+        self.fields = [f for f, _, _ in plan.fields]
+        C, W = plan.options["C"], plan.options["W"]
+        position = {f: i for i, f in enumerate(self.fields)}
+        # Phase1 field -> (index into the call's outputs, or -1 and the constant value).
+        self.template = []
+        for f, name in enumerate(FIELDS):
+            if f in position:
+                self.template.append((position[f], None))
+            elif f in EMPTY_DTYPES:
+                shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
+                self.template.append((-1, _empty(shape, TORCH_DTYPES[EMPTY_DTYPES[f]], device)))
+            else:
+                self.template.append((-1, None))
+        self.repeats = position[REPEATS]
+
+
+def _prepare(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
+             valid_last, need_read_groups, rec_tile, det_fields):
+    """Checks the tensors; returns (tensors by name, options tuple)."""
+    if not isinstance(k_idx, torch.Tensor):
+        raise TypeError(f"k_idx must be a torch.Tensor, got {type(k_idx).__name__}")
+    tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
+    if beta is not None:
+        tensors["beta"] = beta
+    _check_tensors(tensors, k_idx.device)
+    options = _options({n: tuple(t.shape) for n, t in tensors.items()},
+                       {n: _dtype_name(t) for n, t in tensors.items()}, num_parallel,
+                       stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
+    return tensors, options
+
+
+def _launch(k_idx, q_idx, k_val, q_val, g, beta, options, check):
+    """Enqueues the call on the current stream of k_idx's GPU; returns (plan data, outputs)."""
+    device = k_idx.device
+    index = device.index
+    stream = _current_stream(index)
+    capturing = torch.cuda.is_current_stream_capturing()
+    if check and capturing:
+        raise ValueError("check=True waits for the stream, which a CUDA graph capture forbids; "
+                         "call sdm_phase1.synchronize() after a replay instead")
+    plan = _gpu.get_plan("torch", index, stream, options, lambda: _TorchWorkspace(index),
+                         capturing)
+    data = plan.extra
+    if data is None:
+        data = plan.extra = _PlanData(plan, device)
+    outs = [torch.empty(shape, dtype=dt, device=device) for shape, dt in data.specs]
+    plan.execute(k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(),
+                 g.data_ptr(), 0 if beta is None else beta.data_ptr(), [o.data_ptr() for o in outs])
+    if check:
+        torch.cuda.current_stream(index).synchronize()
+        plan.check_status()
+    return data, outs
 
 
 def run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel: int, stream_offset: int,
@@ -96,35 +148,13 @@ def run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel: int, stream_offset: i
 
     ``det_fields`` resolved (not None). ``check``: wait for the stream and raise the data
     check's Phase1Error (not allowed during graph capture)."""
-    if not isinstance(k_idx, torch.Tensor):
-        raise TypeError(f"k_idx must be a torch.Tensor, got {type(k_idx).__name__}")
-    device = k_idx.device
-    tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
-    if beta is not None:
-        tensors["beta"] = beta
-    _check_tensors(tensors, device)
-    options = _options({n: tuple(t.shape) for n, t in tensors.items()},
-                       {n: _dtype_name(t) for n, t in tensors.items()}, num_parallel,
-                       stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
-    if device.type != "cuda":
+    tensors, options = _prepare(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset,
+                                num_keys, valid_last, need_read_groups, rec_tile, det_fields)
+    if k_idx.device.type != "cuda":
         return _run_host(tensors, options)
-
-    index = device.index
-    stream = _current_stream(index)
-    capturing = torch.cuda.is_current_stream_capturing()
-    if check and capturing:
-        raise ValueError("check=True waits for the stream, which a CUDA graph capture forbids; "
-                         "call sdm_phase1.synchronize() after a replay instead")
-    plan = _gpu.get_plan("torch", index, stream, options, lambda: _TorchWorkspace(index),
-                         capturing)
-    outs = [torch.empty(shape, dtype=dt, device=device) for shape, dt in _plan_dtypes(plan)]
-    plan.execute(k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(),
-                 g.data_ptr(), 0 if beta is None else beta.data_ptr(), [o.data_ptr() for o in outs])
-    if check:
-        torch.cuda.current_stream(index).synchronize()
-        plan.check_status()
+    data, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, options, check)
     result: List[Optional[torch.Tensor]] = [None] * (REPEATS + 1)
-    for (f, _, _), o in zip(plan.fields, outs):
+    for f, o in zip(data.fields, outs):
         result[f] = o
     return result
 
@@ -215,9 +245,14 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
     if isinstance(k_idx, torch.Tensor):
         check_repeats(repeats, k_idx.device)
     det = resolve_det_fields(det_fields, beta)
-    outs = run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
-               valid_last, need_read_groups, rec_tile, det, check)
+    tensors, options = _prepare(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset,
+                                num_keys, valid_last, need_read_groups, rec_tile, det)
+    if k_idx.device.type != "cuda":
+        outs = _run_host(tensors, options)
+        if repeats is not None:
+            repeats.view(-1).add_(outs[REPEATS].view(-1))
+        return assemble(outs, k_idx.device, k_idx.shape[1], k_idx.shape[2])
+    data, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, options, check)
     if repeats is not None:
-        repeats.view(-1).add_(outs[REPEATS].view(-1))
-    return assemble(outs, k_idx.device, k_idx.shape[1], k_idx.shape[2])
-
+        repeats.view(-1).add_(outs[data.repeats].view(-1))
+    return Phase1._make([c if i < 0 else outs[i] for i, c in data.template])

@@ -148,6 +148,8 @@ def _pip_install(target, isolated):
 def test_pip_install(tmp_path):
     """`pip install bindings/python` gives a package that imports outside the source tree (the
     library then comes from SDMP1_LIBRARY)."""
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("packaging is not what the sanitizer run checks (pip under ASan is slow)")
     target = tmp_path / "site"
     # The installed setuptools first (no download); else pip's isolated build (from PyPI).
     r = _pip_install(target, isolated=False)
