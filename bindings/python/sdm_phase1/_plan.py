@@ -140,7 +140,9 @@ class Plan:
         need_read_groups: compute the read-side groups (q_last, q_only, spay_q, ...).
         det_fields: DET_* bits of the optional outputs; None: DET_SHIPPED.
         rec_tile: tile length of tiles_k / tiles_q / segb_k; <= 0: the library's (128).
-        backend: None or "cpu" (NumPy arrays), or "cuda" (not usable from NumPy yet).
+        backend: None or "cpu". A Plan runs host (NumPy) arrays; GPU tensors go through
+            :func:`phase1_forward`, which keeps its own cached CUDA plans ("cuda" here is
+            passed to the library, which refuses host memory).
         num_threads: CPU worker threads; None or 0: the hardware's count.
         device: CUDA device ordinal; None: the current device.
 
