@@ -138,8 +138,8 @@ def test_pyproject_version_matches_package():
 
 
 def _pip_install(target, isolated):
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--retries", "1",
-           "--timeout", "20", "--target", str(target), str(PYTHON_DIR)]
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--retries", "0",
+           "--timeout", "10", "--target", str(target), str(PYTHON_DIR)]
     if not isolated:
         cmd.insert(4, "--no-build-isolation")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=str(target.parent))
