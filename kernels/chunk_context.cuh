@@ -13,8 +13,10 @@ namespace sdm_p1 {
 namespace cuda {
 
 constexpr int kThreads = 512;             // threads per block
-constexpr int kItems = 8;                 // sorted positions per thread in a tile
-constexpr int kTile = kThreads * kItems;  // positions per tile of the sort and the scans
+constexpr int kItems = 8;                 // keys per thread in a tile of the sort
+constexpr int kTile = kThreads * kItems;  // keys per tile of the sort
+constexpr int kScanItems = 8;             // positions per thread in a tile of the scans
+constexpr int kScanTile = kThreads * kScanItems;
 constexpr size_t kPairBudget = 32 * 1024; // bytes of double row sums per pair-sum wave
 constexpr uint32_t kNoError = 0xFFFFFFFFu;
 
@@ -33,6 +35,7 @@ struct ArrayLayout {
                         // dc_kpos / dc_bpre only; else 0 bytes)
     size_t position;    // uint32[n] by entry: its sorted position
     size_t gate;        // Fix[C * gate_width] the chunk's gates in fixed point
+    size_t gate_exp;    // double[C] exp of each token's gate (per-token gates; else 0 bytes)
     size_t bytes;
 };
 
@@ -56,6 +59,8 @@ SDM_HD ArrayLayout array_layout(int n, int C, int gate_width, bool group_counts)
     at += words;
     l.gate = at;
     at += align16(16 * static_cast<size_t>(C) * gate_width);
+    l.gate_exp = at;
+    at += gate_width == 1 ? align16(8 * static_cast<size_t>(C)) : 0;
     l.bytes = at;
     return l;
 }
@@ -78,6 +83,7 @@ struct ChunkArrays {
     uint32_t* firsts;   // null when the plan needs no group counts
     uint32_t* position;
     Fix* gate;
+    double* gate_exp;   // null with per-write gates
 };
 
 SDM_HD ChunkArrays bind_arrays(char* base, const ArrayLayout& l) {
@@ -91,6 +97,7 @@ SDM_HD ChunkArrays bind_arrays(char* base, const ArrayLayout& l) {
     a.firsts = l.position > l.firsts ? reinterpret_cast<uint32_t*>(base + l.firsts) : nullptr;
     a.position = reinterpret_cast<uint32_t*>(base + l.position);
     a.gate = reinterpret_cast<Fix*>(base + l.gate);
+    a.gate_exp = l.bytes > l.gate_exp ? reinterpret_cast<double*>(base + l.gate_exp) : nullptr;
     return a;
 }
 

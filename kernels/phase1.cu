@@ -23,8 +23,8 @@ namespace {
 // time.
 union StageTemp {
     typename BlockSort::TempStorage sort;
-    typename ForwardScan::TempStorage forward;
-    typename BackwardScan::TempStorage backward;
+    BlockScanTemp<ForwardItem> forward;
+    BlockScanTemp<BackwardItem> backward;
 };
 
 __host__ __device__ size_t stage_bytes(int C) {

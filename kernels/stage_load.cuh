@@ -1,6 +1,6 @@
 // Stage "load and check": the chunk's ids become sort keys (slot << entry_bits | entry, so the
 // keys are distinct and their order is the stable order by slot), its gates fixed-point
-// numbers. Bad ids and gates are recorded, never used: such an id sorts as padding, such a
+// numbers (with per-token gates also their exponentials). Bad ids and gates are recorded, never used: such an id sorts as padding, such a
 // gate counts as 0, so every later index stays in range.
 #ifndef SDM_P1_KERNELS_STAGE_LOAD_CUH
 #define SDM_P1_KERNELS_STAGE_LOAD_CUH
@@ -39,6 +39,8 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
             atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(WR + lane));
         }
         arr.gate[x] = f;
+        // A token's first write of a slot has its gate as log-cumsum: its exp, once per token.
+        if (arr.gate_exp) arr.gate_exp[x] = exp_fix(f);
     }
 }
 

@@ -2,8 +2,9 @@
 // double, in the canonical order of pair_term_add: the entries of token i in lane order (the
 // writes for a, the reads for qk), each walking its group from the nearest earlier entry to
 // the group's head and adding one term per write met (a: of another token). The warp's lanes
-// find the entries that have an earlier entry in their group (most have none); lane 0 then
-// walks those in order, so each cell has exactly one writer and the CPU backend's order.
+// take one entry each; those with an earlier entry in their group (most have none) then
+// add their terms in lane order (their first terms computed by all lanes at once),
+// so each cell has exactly one writer and the CPU backend's order.
 // Units run in waves whose double rows fit the shared buffer; each wave's rows are then
 // rounded and stored coalesced.
 #ifndef SDM_P1_KERNELS_STAGE_PAIRS_CUH
@@ -22,41 +23,67 @@ __device__ __forceinline__ float entry_value(const KernelArgs& a, const Chunk& k
                       : load_value(a.k_val, a.s.bf16, tok * a.s.W + lane);
 }
 
-// Adds the terms of the entry at sorted position r (which has an earlier entry in its group)
-// to the unit's row: a (qk false) skips writes of its own token i.
-__device__ __forceinline__ void walk_entry(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
-                                  uint32_t r, int i, bool qk, double* acc) {
-    const float v = entry_value(a, k, arr.payload[r]);
-    const Fix lr = arr.log[r];
-    for (uint32_t q = r - 1;; --q) {
-        const uint32_t pq = arr.payload[q];
-        if (!(pq & kIsQ)) {   // in a group, every entry is valid
-            const int tj = static_cast<int>((pq >> kTokenShift) & kTokenMask);
-            if (qk || tj != i) acc[tj] = pair_term_add(acc[tj], v, entry_value(a, k, pq), lr, arr.log[q]);
-        }
-        if (pq & kHead) break;
+// Terms each lane computes ahead for its entry, in parallel with the other lanes, before the
+// lanes add their terms one lane after the other.
+constexpr int kTermsAhead = 2;
+
+// Moves *q down its group to the next write whose term the unit adds (a: of another token
+// than i), the walk ending after the group's head. False when the walk is over.
+__device__ __forceinline__ bool next_term(const ChunkArrays& arr, int i, bool qk, uint32_t* q, bool* more,
+                                          uint32_t* pq) {
+    while (*more) {
+        --*q;
+        *pq = arr.payload[*q];
+        if (*pq & kHead) *more = false;
+        // In a group every entry is valid.
+        if (!(*pq & kIsQ) && (qk || static_cast<int>((*pq >> kTokenShift) & kTokenMask) != i)) return true;
     }
+    return false;
 }
 
 __device__ __forceinline__ void sum_unit_row(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
-                                    int i, bool qk, double* acc) {
+                                             int i, bool qk, double* acc) {
     const int WR = a.s.W + a.s.R;
     const int lanes = qk ? a.s.R : a.s.W;
     const uint32_t* pos = arr.position + i * WR + (qk ? a.s.W : 0);
     const int me = static_cast<int>(threadIdx.x & 31u);
     for (int l0 = 0; l0 < lanes; l0 += 32) {
+        // Lane me walks the group of entry l0 + me, if it has an earlier entry.
         const int lane = l0 + me;
         const uint32_t r = lane < lanes ? pos[lane] : 0u;
         const bool walks = lane < lanes && !(arr.payload[r] & kHead);
-        uint32_t todo = __ballot_sync(0xFFFFFFFFu, walks);
-        if (me == 0) {
-            while (todo) {
-                const int b = __ffs(todo) - 1;
-                todo &= todo - 1u;
-                walk_entry(a, k, arr, pos[l0 + b], i, qk, acc);
-            }
+        uint32_t q = r;
+        bool more = walks;
+        const float v = walks ? entry_value(a, k, arr.payload[r]) : 0.0f;
+        const Fix lr = walks ? arr.log[r] : fix_zero();
+        PairTerm ahead[kTermsAhead];
+        int cell[kTermsAhead];
+        bool have[kTermsAhead];
+#pragma unroll
+        for (int t = 0; t < kTermsAhead; ++t) {
+            uint32_t pq = 0;
+            have[t] = next_term(arr, i, qk, &q, &more, &pq);
+            cell[t] = static_cast<int>((pq >> kTokenShift) & kTokenMask);
+            if (have[t]) ahead[t] = pair_term(v, entry_value(a, k, pq), lr, arr.log[q]);
         }
-        __syncwarp();
+        // The entries' terms go in lane order, each lane's in walk order.
+        uint32_t todo = __ballot_sync(0xFFFFFFFFu, walks);
+        while (todo) {
+            const int turn = __ffs(todo) - 1;
+            todo &= todo - 1u;
+            if (me == turn) {
+#pragma unroll
+                for (int t = 0; t < kTermsAhead; ++t) {
+                    if (have[t]) acc[cell[t]] = pair_term_add(acc[cell[t]], ahead[t]);
+                }
+                uint32_t pq;
+                while (next_term(arr, i, qk, &q, &more, &pq)) {
+                    const int tj = static_cast<int>((pq >> kTokenShift) & kTokenMask);
+                    acc[tj] = pair_term_add(acc[tj], pair_term(v, entry_value(a, k, pq), lr, arr.log[q]));
+                }
+            }
+            __syncwarp();
+        }
     }
 }
 

@@ -33,6 +33,9 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
     e.before = arr.before[r];
     e.after = !valid ? 0u : is_q ? (end - r) - writes_after : writes_after;
     e.log = arr.log[r];
+    // A valid write with no valid write before it in its group has its own gate as log.
+    const bool own_gate = arr.gate_exp && valid && !is_q && e.before == 0u;
+    e.exp_log = own_gate ? arr.gate_exp[t] : exp_fix(e.log);
     e.rex = fix_sub(arr.log[end], e.log);
     const int64_t tok = k.c * s.C + t;
     e.value = !valid ? 0.0f

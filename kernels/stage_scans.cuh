@@ -9,8 +9,7 @@
 #ifndef SDM_P1_KERNELS_STAGE_SCANS_CUH
 #define SDM_P1_KERNELS_STAGE_SCANS_CUH
 
-#include <cub/block/block_scan.cuh>
-
+#include "block_scan.cuh"
 #include "chunk_context.cuh"
 
 namespace sdm_p1 {
@@ -54,19 +53,6 @@ struct BackwardOp {
     }
 };
 
-using ForwardScan = cub::BlockScan<ForwardItem, kThreads>;
-using BackwardScan = cub::BlockScan<BackwardItem, kThreads>;
-
-// Carries a scan from tile to tile (called by the first warp with each tile's aggregate).
-template <typename Item, typename Op>
-struct RunningPrefix {
-    Item total;
-    __device__ Item operator()(const Item& tile_aggregate) {
-        const Item before = total;
-        total = Op()(total, tile_aggregate);
-        return before;
-    }
-};
 
 // The gate a sorted entry adds to its group's log-cumsum: its token's gate (per token) or its
 // lane's (per write) if it is a valid write that does not repeat a slot its token already
@@ -88,15 +74,15 @@ __device__ __forceinline__ Fix gate_added(const KernelArgs& a, const ChunkArrays
 }
 
 __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
-                                    ChunkShared& sh, typename ForwardScan::TempStorage& temp) {
+                                    ChunkShared& sh, BlockScanTemp<ForwardItem>& temp) {
     const int n = k.n;
-    RunningPrefix<ForwardItem, ForwardOp> prefix{ForwardItem{}};
-    for (int base = 0; base < n; base += kTile) {
-        ForwardItem item[kItems];
+    block_scan_begin(temp);
+    for (int base = 0; base < n; base += kScanTile) {
+        ForwardItem item[kScanItems];
         uint32_t repeats = 0;
 #pragma unroll
-        for (int i = 0; i < kItems; ++i) {
-            const int r = base + threadIdx.x * kItems + i;
+        for (int i = 0; i < kScanItems; ++i) {
+            const int r = base + threadIdx.x * kScanItems + i;
             item[i] = ForwardItem{};
             if (r < n) {
                 const uint32_t p = arr.payload[r];
@@ -110,10 +96,10 @@ __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k
                 item[i].writes = (p & kIsQ) ? 0u : 1u;
             }
         }
-        ForwardScan(temp).InclusiveScan(item, item, ForwardOp(), prefix);
+        block_scan_tile(item, temp, ForwardOp());
 #pragma unroll
-        for (int i = 0; i < kItems; ++i) {
-            const int r = base + threadIdx.x * kItems + i;
+        for (int i = 0; i < kScanItems; ++i) {
+            const int r = base + threadIdx.x * kScanItems + i;
             if (r < n) {
                 const uint32_t p = arr.payload[r];
                 const bool valid = !(p & kInvalid);
@@ -129,15 +115,15 @@ __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k
 }
 
 __device__ __forceinline__ void scan_backward(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
-                                     ChunkShared& sh, typename BackwardScan::TempStorage& temp) {
+                                     ChunkShared& sh, BlockScanTemp<BackwardItem>& temp) {
     const int n = k.n;
-    RunningPrefix<BackwardItem, BackwardOp> prefix{BackwardItem{}};
-    for (int base = 0; base < n; base += kTile) {
-        BackwardItem item[kItems];
+    block_scan_begin(temp);
+    for (int base = 0; base < n; base += kScanTile) {
+        BackwardItem item[kScanItems];
         uint32_t firsts = 0;
 #pragma unroll
-        for (int i = 0; i < kItems; ++i) {
-            const int r = n - 1 - (base + static_cast<int>(threadIdx.x) * kItems + i);
+        for (int i = 0; i < kScanItems; ++i) {
+            const int r = n - 1 - (base + static_cast<int>(threadIdx.x) * kScanItems + i);
             item[i] = BackwardItem{};
             if (r >= 0) {
                 const uint32_t p = arr.payload[r];
@@ -147,10 +133,10 @@ __device__ __forceinline__ void scan_backward(const KernelArgs& a, const Chunk& 
                 firsts += item[i].firsts;
             }
         }
-        BackwardScan(temp).InclusiveScan(item, item, BackwardOp(), prefix);
+        block_scan_tile(item, temp, BackwardOp());
 #pragma unroll
-        for (int i = 0; i < kItems; ++i) {
-            const int r = n - 1 - (base + static_cast<int>(threadIdx.x) * kItems + i);
+        for (int i = 0; i < kScanItems; ++i) {
+            const int r = n - 1 - (base + static_cast<int>(threadIdx.x) * kScanItems + i);
             if (r >= 0) {
                 arr.end[r] = item[i].last;
                 if (arr.firsts) arr.firsts[r] = item[i].firsts;

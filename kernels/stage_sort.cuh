@@ -1,7 +1,8 @@
-// Stage "sort": the chunk's sort keys in ascending order. Keys are distinct, so any correct
-// sort gives the stable order by slot. Each tile of kTile keys is sorted on chip (CUB's block
-// radix sort, on the key's significant bits only); longer rows are completed by merge rounds
-// in which every key finds its output place by a binary search in the other run.
+// Stage "sort": the chunk's sort keys (slot << entry_bits | entry, distinct) in ascending
+// order. Each tile of kTile keys, which arrive in entry order, is sorted on chip by CUB's
+// stable block radix sort on the slot bits alone (5 bits a pass), which orders it by the
+// whole key; longer rows are completed by merge rounds in which every key finds its output
+// place by a binary search in the other run.
 #ifndef SDM_P1_KERNELS_STAGE_SORT_CUH
 #define SDM_P1_KERNELS_STAGE_SORT_CUH
 
@@ -12,7 +13,7 @@
 namespace sdm_p1 {
 namespace cuda {
 
-using BlockSort = cub::BlockRadixSort<uint64_t, kThreads, kItems>;
+using BlockSort = cub::BlockRadixSort<uint64_t, kThreads, kItems, cub::NullType, 5>;
 
 // Keys of `run` below `key`, in the ascending run [base, base + len).
 __device__ __forceinline__ int count_below(const uint64_t* base, int len, uint64_t key) {
@@ -40,7 +41,7 @@ __device__ __forceinline__ uint64_t* sort_entries(const KernelArgs& a, const Chu
             // Past the row: the largest key; the sort is stable, so these stay last.
             item[i] = r < n ? keys[r] : ~uint64_t{0};
         }
-        BlockSort(temp).Sort(item, 0, a.key_bits);
+        BlockSort(temp).Sort(item, a.entry_bits, a.key_bits);
 #pragma unroll
         for (int i = 0; i < kItems; ++i) {
             const int r = base + threadIdx.x * kItems + i;

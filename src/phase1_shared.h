@@ -187,23 +187,20 @@ SDM_HD uint64_t shift_round_even(uint64_t hi, uint64_t lo, int s) {
     return q + ((above || (tie && (q & 1u))) ? 1u : 0u);
 }
 
-// A fixed-point magnitude rounded to `bits` significant bits: value = mant * 2^exp2 (before
-// the 2^-96 scale). mag must be non-zero.
-SDM_HD void fix_round_magnitude(uint64_t hi, uint64_t lo, int bits, uint64_t* mant, int* exp2) {
-    const int p = hi ? 64 + msb64(hi) : msb64(lo);
-    if (p < bits) {
-        *mant = lo;   // exact: fits in `bits` <= 53 bits, so hi is 0
-        *exp2 = 0;
-        return;
+// A non-zero fixed-point magnitude as a 64-bit integer m and a scale: value = m * 2^(shift - 96),
+// where m holds the 64 leading bits and, in its lowest bit, a sticky bit for any non-zero
+// bit shifted out. Rounding m to 53 (or 24) bits then rounds the whole magnitude correctly:
+// the sticky bit lies below the rounding position and only breaks ties.
+SDM_HD uint64_t fix_sticky64(uint64_t hi, uint64_t lo, int* shift) {
+    if (hi == 0u) {
+        *shift = 0;
+        return lo;
     }
-    int s = p - (bits - 1);
-    uint64_t m = shift_round_even(hi, lo, s);
-    if (m >> bits) {   // rounding carried into a new bit
-        m >>= 1;
-        ++s;
-    }
-    *mant = m;
-    *exp2 = s;
+    const int s = msb64(hi) + 1;   // 1..64: bits to drop so the magnitude fits 64 bits
+    const uint64_t dropped = s == 64 ? lo : lo & ((uint64_t{1} << s) - 1u);
+    const uint64_t m = s == 64 ? hi : (hi << (64 - s)) | (lo >> s);
+    *shift = s;
+    return m | (dropped != 0u ? 1u : 0u);
 }
 
 // 2^k as a double for -1022 <= k <= 1023.
@@ -211,24 +208,37 @@ SDM_HD double pow2_double(int k) {
     return f64_from_bits(static_cast<uint64_t>(k + 1023) << 52);
 }
 
-// A fixed-point value rounded to `bits` (<= 53) significant bits, ties to even, as a double
-// (exact: mant < 2^bits and 2^(e - 96) are exact, so is their product). 0 gives +0.
-SDM_HD double fix_round_to_double(Fix x, int bits) {
+#if defined(__CUDA_ARCH__)
+SDM_HD double u64_to_f64(uint64_t m) { return __ull2double_rn(m); }
+SDM_HD float u64_to_f32(uint64_t m) { return __ull2float_rn(m); }
+#else
+SDM_HD double u64_to_f64(uint64_t m) { return static_cast<double>(m); }   // round to nearest
+SDM_HD float u64_to_f32(uint64_t m) { return static_cast<float>(m); }
+#endif
+
+// The double nearest to a fixed-point value (ties to even); 0 gives +0. The conversion of the
+// 64-bit m rounds once; the scaling by a power of two is exact (|value| >= 2^-96).
+SDM_HD double fix_to_f64(Fix x) {
     if (fix_is_zero(x)) return 0.0;
     const bool neg = fix_is_negative(x);
     const Fix mag = neg ? fix_neg(x) : x;
-    uint64_t mant;
-    int e;
-    fix_round_magnitude(mag.hi, mag.lo, bits, &mant, &e);
-    const double v = dmul(static_cast<double>(mant), pow2_double(e - 96));
+    int shift;
+    const uint64_t m = fix_sticky64(mag.hi, mag.lo, &shift);
+    const double v = dmul(u64_to_f64(m), pow2_double(shift - 96));
     return neg ? -v : v;
 }
 
-// The float32 nearest to a fixed-point value (the conversion of a 24-bit value is exact).
-SDM_HD float fix_to_f32(Fix x) { return to_f32(fix_round_to_double(x, 24)); }
-
-// The double nearest to a fixed-point value.
-SDM_HD double fix_to_f64(Fix x) { return fix_round_to_double(x, 53); }
+// The float32 nearest to a fixed-point value (ties to even); 0 gives +0. As fix_to_f64, with
+// the scaling done in double (exact) and the float conversion exact too.
+SDM_HD float fix_to_f32(Fix x) {
+    if (fix_is_zero(x)) return 0.0f;
+    const bool neg = fix_is_negative(x);
+    const Fix mag = neg ? fix_neg(x) : x;
+    int shift;
+    const uint64_t m = fix_sticky64(mag.hi, mag.lo, &shift);
+    const float v = to_f32(dmul(static_cast<double>(u64_to_f32(m)), pow2_double(shift - 96)));
+    return neg ? -v : v;
+}
 
 // A float32 gate in fixed point. Returns false for a gate that is not finite or whose
 // magnitude is 2^kGateMaxExp or more (*out is then 0). Magnitudes below 2^-73 are rounded to
@@ -306,14 +316,24 @@ SDM_HD float neg_beta_scaled_f32(float beta, float v, double e) {
     return to_f32(dmul(dmul(-static_cast<double>(beta), static_cast<double>(v)), e));
 }
 
-// One term of a cell of a or qk added to its running double sum: v_i * v_j is exact in
-// double, times exp(log_i - log_j) and the add in one fused operation. Canonical order of the
-// terms of cell (i, j): the entries of token i in lane order; for each, the earlier entries
-// of token j in its slot group, nearest first (descending sorted position). The sum starts
-// at +0.0 and is rounded once to float32.
+// One term of a cell of a or qk: v_i * v_j (exact in double) and exp(log_i - log_j).
+struct PairTerm {
+    double prod;
+    double e;
+};
+
+SDM_HD PairTerm pair_term(float v_i, float v_j, Fix log_i, Fix log_j) {
+    return PairTerm{dmul(static_cast<double>(v_i), static_cast<double>(v_j)), exp_fix(fix_sub(log_i, log_j))};
+}
+
+// A term added to its cell's running double sum by one fused multiply-add. Canonical order
+// of the terms of cell (i, j): the entries of token i in lane order; for each, the earlier
+// entries of token j in its slot group, nearest first (descending sorted position). The sum
+// starts at +0.0 and is rounded once to float32.
+SDM_HD double pair_term_add(double sum, PairTerm t) { return dfma(t.prod, t.e, sum); }
+
 SDM_HD double pair_term_add(double sum, float v_i, float v_j, Fix log_i, Fix log_j) {
-    const double prod = dmul(static_cast<double>(v_i), static_cast<double>(v_j));
-    return dfma(prod, exp_fix(fix_sub(log_i, log_j)), sum);
+    return pair_term_add(sum, pair_term(v_i, v_j, log_i, log_j));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -372,6 +392,7 @@ struct EntryFacts {
     uint32_t payload;        // its payload word, head bit set, LastK bit not
     uint32_t before, after;  // peers (valid entries of its kind) before / after it in its group
     Fix log;                 // inclusive log-cumsum of its group at r
+    double exp_log;          // exp_fix(log)
     Fix rex;                 // sum of the group's gates after r
     float value;             // k_val / q_val (0 for padding)
     int64_t slot_key;        // slot id - id_base (valid entries)
@@ -395,8 +416,7 @@ SDM_HD void write_entry_outputs(const Out& out, const ChunkFacts& f, const Entry
     const int32_t slot = valid ? static_cast<int32_t>(e.slot_key + f.id_base) : 0;
     const uint32_t L = static_cast<uint32_t>(f.L);
     const int64_t j = e.row_index;
-    // exp of the entry's log-cumsum (padding: its log is 0, its value 0).
-    const double e_log = exp_fix(e.log);
+    const double e_log = e.exp_log;
     if (!is_q) {
         const int nk = f.C * f.W, ntk = (nk + f.L - 1) / f.L, nwk = (nk + 31) / 32;
         const int64_t cw = f.c * nk;

@@ -211,6 +211,7 @@ void write_records(const Chunk& k, const sdm_p1_inputs& in, const OutputBuffers&
         e.before = s.before[r];
         e.after = s.after[r];
         e.log = s.log[r];
+        e.exp_log = exp_fix(e.log);
         e.rex = s.rex[r];
         e.value = s.value[r];
         e.slot_key = static_cast<int64_t>(s.sort_keys[r] >> kEntryBits);
