@@ -81,9 +81,6 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
 #endif
     const size_t align = required_alignment(o.backend);
     plan->workspace = Block(o.allocator, workspace_bytes, align);
-#if defined(SDM_P1_WITH_CUDA)
-    if (o.backend == SDM_P1_BACKEND_CUDA) cuda::init_workspace(plan->cuda, plan->workspace.data());
-#endif
     if (o.output_mode == SDM_P1_OUTPUTS_PLAN) {
         plan->outputs = Block(o.allocator, output_bytes, align);
         char* p = static_cast<char*>(plan->outputs.data());
@@ -150,6 +147,7 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outpu
     require_device_memory(plan, *in, outputs, count);
     const cuda::DeviceGuard guard(o.device);
     cuda::execute(o, plan.cuda, *in, output_buffers(buffers), plan.workspace.data(), stream);
+    plan.executed = true;
 #else
     (void)stream;
     no_cuda();
@@ -157,7 +155,8 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outpu
 }
 
 void check_execute_status(sdm_p1_plan& plan) {
-    if (plan.options.backend != SDM_P1_BACKEND_CUDA) return;   // the CPU reports in execute
+    // The CPU reports in execute; a plan never executed has nothing to report.
+    if (plan.options.backend != SDM_P1_BACKEND_CUDA || !plan.executed) return;
 #if defined(SDM_P1_WITH_CUDA)
     const cuda::DeviceGuard guard(plan.options.device);
     cuda::check_status(plan.options, plan.cuda, plan.workspace.data());

@@ -16,6 +16,7 @@ struct sdm_p1_plan {
     sdm_p1::Block outputs;       // every requested output, in one block (plan mode)
     sdm_p1::Block workspace;
     sdm_p1::cuda::Prepared cuda;  // CUDA plans: launch configuration, workspace layout
+    bool executed = false;        // an execute was enqueued (the data check exists)
 
     sdm_p1_plan() = default;
     sdm_p1_plan(const sdm_p1_plan&) = delete;

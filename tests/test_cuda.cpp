@@ -8,7 +8,7 @@
 // refused. Prints one line per family and "N passed, M failed"; exits 77 (a skip for meson)
 // where there is no CUDA device.
 //
-//   test_cuda [--quick] [--seed S] [--only FAMILY] [--cpu-only] [--verbose]
+//   test_cuda [--quick] [--seed S] [--only FAMILY] [--limit K] [--cpu-only] [--verbose]
 //   --quick     a reduced case set (for compute-sanitizer)
 //   --cpu-only  runs the comparison cases on the CPU backend alone (checks the case set
 //               without a GPU)
@@ -40,6 +40,7 @@ struct Options : ListOptions {
     bool cpu_only = false;
     bool verbose = false;
     std::string only;   // run this family alone
+    size_t limit = 0;   // at most this many cases per comparison family (0: all)
 };
 
 // ---- one case on both backends ----------------------------------------------------------
@@ -69,7 +70,7 @@ void run_cases(Tally& t, const std::string& family, const CaseList& cases, const
                cudaStream_t stream) {
     if (!o.only.empty() && o.only != family) return;
     t.begin(family);
-    for (size_t i = 0; i < cases.size(); ++i) {
+    for (size_t i = 0; i < cases.size() && (o.limit == 0 || i < o.limit); ++i) {
         const OutMode mode = i % 4 == 2 ? OutMode::Caller : i % 4 == 3 ? OutMode::Mixed : OutMode::Plan;
         const auto t0 = std::chrono::steady_clock::now();
         t.run(describe(cases[i]) + " (" + mode_name(mode) + ")", [&] {
@@ -682,8 +683,10 @@ bool parse(int argc, char** argv, Options& o) {
             o.seed = std::strtoull(argv[++i], nullptr, 0);
         } else if (a == "--only" && i + 1 < argc) {
             o.only = argv[++i];
+        } else if (a == "--limit" && i + 1 < argc) {
+            o.limit = std::strtoull(argv[++i], nullptr, 0);
         } else {
-            std::printf("usage: %s [--quick] [--seed S] [--only FAMILY] [--cpu-only] [--verbose]\n", argv[0]);
+            std::printf("usage: %s [--quick] [--seed S] [--only FAMILY] [--limit K] [--cpu-only] [--verbose]\n", argv[0]);
             return false;
         }
     }

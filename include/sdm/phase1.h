@@ -351,7 +351,9 @@ typedef struct sdm_p1_tensor {
 typedef struct sdm_p1_plan sdm_p1_plan;
 
 /* Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,
- * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL. */
+ * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL.
+ * CUDA: the plan's device is made current for the call and restored after; the call enqueues
+ * no work on any stream. */
 SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
 
 /* Frees a plan and everything it allocated. NULL is accepted and ignored. */
@@ -427,8 +429,9 @@ SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* 
  * sdm_p1_last_error(). The outputs of such an execute are unspecified.
  * CUDA backend: the kernels write the result to the plan's workspace; call this only after
  * the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a
- * device synchronize), from any thread. It copies 16 bytes from the device and so waits for
- * work already queued on the legacy default stream. Each execute clears the result first.
+ * device synchronize), from any thread. It copies 8 bytes (16 when there is an offender)
+ * from the device with cudaMemcpy, so it also waits for work queued on the legacy default
+ * stream. Each execute clears the result first (graph replays too).
  * CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors).
  * A plan never executed: SDM_P1_SUCCESS.
  *

@@ -112,10 +112,6 @@ Prepared prepare(const Options& o, size_t output_bytes) {
     return p;
 }
 
-void init_workspace(const Prepared& p, void* workspace) {
-    check(cudaMemset(static_cast<char*>(workspace) + p.status_offset, 0xFF, sizeof(DeviceStatus)), "cudaMemset");
-}
-
 sdm_p1_allocator default_allocator() { return sdm_p1_allocator{nullptr, device_alloc, device_free}; }
 
 void require_device_pointer(const void* p, int device, const char* what) {

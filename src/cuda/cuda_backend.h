@@ -49,9 +49,6 @@ int resolve_device(int requested);
 // global scratch. The plan's device must be current.
 Prepared prepare(const Options& o, size_t output_bytes);
 
-// Clears the plan's data check (at creation: a plan never executed reports success).
-void init_workspace(const Prepared& p, void* workspace);
-
 // cudaMalloc / cudaFree.
 sdm_p1_allocator default_allocator();
 
@@ -63,7 +60,8 @@ void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in,
              const OutputBuffers& out, void* workspace, void* stream);
 
 // Reads the data check of the last execute (the caller has synchronized): returns normally
-// when the data were good, else throws INVALID_INPUT with the CPU backend's message.
+// when the data were good, else throws INVALID_INPUT with the CPU backend's message. Only
+// for a plan executed at least once: before, the workspace holds no check.
 void check_status(const Options& o, const Prepared& p, void* workspace);
 
 }  // namespace cuda

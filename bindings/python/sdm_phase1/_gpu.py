@@ -45,7 +45,7 @@ class Workspace:
 
     def alloc(self, nbytes: int, stream: int) -> int:
         """A device pointer to ``nbytes`` bytes, 256-byte aligned, usable on ``stream`` (the
-        library passes the legacy default stream, 0, and initialises the block there)."""
+        library passes the legacy default stream, 0)."""
         raise NotImplementedError
 
     def free(self, ptr: int) -> None:
@@ -112,10 +112,6 @@ class GpuPlan:
                 message = f"{e.message} (the allocator raised: {cause!r})"
                 raise Phase1Error(e.function, e.code, e.status, message) from cause
             raise
-        # Creation initialises the workspace on the legacy default stream; this data check
-        # (a blocking read of it) waits for that, so executes on any stream come after it.
-        if hasattr(lib, "sdm_p1_execute_status"):
-            check("sdm_p1_execute_status", lib.sdm_p1_execute_status(self.handle))
         self.fields = [(f, v[2], v[1]) for f, v in enumerate(views) if v is not None]
         self._inputs = ffi.new("sdm_p1_inputs*")
         self._inputs.struct_size = ffi.sizeof("sdm_p1_inputs")
@@ -193,7 +189,7 @@ def get_plan(framework: str, device: int, stream: int, options: tuple,
     value dtype, gate_width, need_read_groups, det_fields, rec_tile). ``capturing``: the
     stream is being captured into a CUDA graph: the plan is pinned, and on a miss a plan of
     the same options made for another stream is moved to this one rather than created,
-    because creating a plan is not allowed during capture (it initialises its workspace).
+    because a plan is not created during capture (its allocations and kernel set-up).
     ``backend``: CUDA; the tests drive this machinery with the CPU backend on host memory.
     """
     key = (framework, device, stream) + options

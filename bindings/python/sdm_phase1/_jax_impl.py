@@ -4,7 +4,8 @@ work done outside it (``Device.get_stream_for_external_ready_events``), through 
 Ordering without a host wait: each input is exported with ``__dlpack__(stream=S)``, which
 makes S wait until JAX has computed it; each output is a fresh JAX array (``jnp.empty``),
 exported the same way, written by the kernels on S, and handed back to JAX with
-``jax.dlpack.from_dlpack``, which makes JAX wait on S before any later use. No copies; the
+``jax.dlpack.from_dlpack``, which makes JAX wait on S before any later use (where JAX
+consumes on another of its streams, that stream waits for S through a CUDA event). No copies; the
 plan's workspace is a JAX-allocated byte array. JAX arrays are immutable, so ``repeats``
 must be None. (Where a jaxlib has no such stream, calls fail with a clear error.)
 
@@ -13,6 +14,7 @@ Imported only when a JAX GPU array is passed (this module imports jax).
 
 from __future__ import annotations
 
+import ctypes
 import weakref
 
 import jax
@@ -58,10 +60,37 @@ class _Offer:
         return (KDL_CUDA, self.device_id)
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        # JAX hands out its streams for external events from a pool, so the consumer's may
+        # differ from the one the kernels ran on: it then waits for ours, on the device.
         if stream is not None and stream != self.stream:
-            raise BufferError(f"sdm_phase1 wrote this array on stream {self.stream:#x}, not {stream:#x}")
+            _order_after(stream, self.stream)
         capsule, self.capsule = self.capsule, None
         return capsule
+
+
+_driver = None
+
+
+def _order_after(consumer: int, producer: int) -> None:
+    """Makes stream `consumer` wait for the work queued so far on stream `producer`, without a
+    host wait (an event through the CUDA driver API; the kernels' context is current)."""
+    global _driver
+    if _driver is None:
+        _driver = ctypes.CDLL("libcuda.so.1")
+
+    def check(rc: int, call: str) -> None:
+        if rc != 0:
+            name = ctypes.c_char_p()
+            _driver.cuGetErrorName(rc, ctypes.byref(name))
+            raise RuntimeError(f"sdm_phase1: {call} failed: {(name.value or b'?').decode()}")
+
+    event = ctypes.c_void_p()
+    check(_driver.cuEventCreate(ctypes.byref(event), 2), "cuEventCreate")  # CU_EVENT_DISABLE_TIMING
+    try:
+        check(_driver.cuEventRecord(event, ctypes.c_void_p(producer)), "cuEventRecord")
+        check(_driver.cuStreamWaitEvent(ctypes.c_void_p(consumer), event, 0), "cuStreamWaitEvent")
+    finally:
+        _driver.cuEventDestroy_v2(event)
 
 
 class _JaxWorkspace(_gpu.Workspace):

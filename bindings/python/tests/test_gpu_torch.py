@@ -209,7 +209,8 @@ def test_operator_under_torch_compile_fullgraph():
     got, total = compiled(t["k_idx"], t["q_idx"], t["k_val"], t["q_val"], t["g"], t["beta"], rep)
     torch.cuda.synchronize()
     assert_same(want, got)
-    assert torch.equal(total, got.a.sum())
+    # The compiled sum need not add in eager's order: equal up to float rounding.
+    torch.testing.assert_close(total, got.a.sum())
     eager = torch_ops.phase1_forward(t["k_idx"], t["q_idx"], t["k_val"], t["q_val"], t["g"],
                                      beta=t["beta"], **opts)
     assert_same(want, eager)
