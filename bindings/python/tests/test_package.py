@@ -160,7 +160,11 @@ def test_pip_install(tmp_path):
                     + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stderr[-2000:]
     assert (target / "sdm_phase1" / "torch_ops.py").exists()
-    env = dict(os.environ, PYTHONPATH=str(target), SDMP1_LIBRARY=os.path.realpath(p1.library_path))
+    # The installed copy first; the rest of the path still gives cffi where it is not in the
+    # interpreter's site-packages (the GPU machine's wheels).
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = os.pathsep.join([str(target)] + rest)
+    env = dict(os.environ, PYTHONPATH=path, SDMP1_LIBRARY=os.path.realpath(p1.library_path))
     code = "import sdm_phase1, sdm_phase1.__main__ as m; print(sdm_phase1.__file__); m.main()"
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=120, cwd=str(tmp_path))
