@@ -863,6 +863,8 @@ pub struct sdm_p1_plan {
 extern "C" {
     #[doc = " Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,"]
     #[doc = " in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL."]
+    #[doc = " CUDA: the plan's device is made current for the call and restored after; the call enqueues"]
+    #[doc = " no work on any stream."]
     pub fn sdm_p1_plan_create(
         plan: *mut *mut sdm_p1_plan,
         desc: *const sdm_p1_desc,
@@ -1080,8 +1082,9 @@ extern "C" {
     #[doc = " sdm_p1_last_error(). The outputs of such an execute are unspecified."]
     #[doc = " CUDA backend: the kernels write the result to the plan's workspace; call this only after"]
     #[doc = " the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a"]
-    #[doc = " device synchronize), from any thread. It copies 16 bytes from the device and so waits for"]
-    #[doc = " work already queued on the legacy default stream. Each execute clears the result first."]
+    #[doc = " device synchronize), from any thread. It copies 8 bytes (16 when there is an offender)"]
+    #[doc = " from the device with cudaMemcpy, so it also waits for work queued on the legacy default"]
+    #[doc = " stream. Each execute clears the result first (graph replays too)."]
     #[doc = " CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors)."]
     #[doc = " A plan never executed: SDM_P1_SUCCESS."]
     #[doc = ""]
