@@ -110,7 +110,7 @@ struct KernelArgs {
     const void* q_val;
     const float* g;
     const float* beta;
-    KernelOutputs out;
+    OutputBuffers out;
     char* scratch;              // global scratch (arrays not in shared memory), else null
     size_t scratch_per_block;
     ArrayLayout layout;

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../src/phase1_shared.h"
+
 namespace sdm_p1 {
 namespace cuda {
 
@@ -23,39 +25,6 @@ struct KernelShape {
     bool idx64;              // int64 ids (else int32)
     bool bf16;               // bfloat16 values and value-typed outputs (else float32)
     bool group_counts;       // tiles or dc fields requested: the kernel counts groups
-};
-
-// Device pointers of one execute's outputs; null: not requested. Value-typed fields (cpe,
-// k_eff, q_w) hold float or bfloat16 bits as KernelShape::bf16 says.
-struct KernelOutputs {
-    float* a;
-    float* qk;
-    float* log_k;
-    float* log_q;
-    float* rex;
-    void* cpe;
-    int8_t* is_last;
-    int8_t* is_only;
-    void* k_eff;
-    void* q_w;
-    int32_t* payload;
-    int32_t* pos_k;
-    int32_t* pos_q;
-    int8_t* q_last;
-    int8_t* q_only;
-    int32_t* spay_k;
-    int32_t* spay_q;
-    int32_t* spay_rank;
-    int32_t* krec;
-    float* kspa;
-    int32_t* qrec;
-    int32_t* tiles_k;
-    int32_t* tiles_q;
-    int32_t* segb_k;
-    int32_t* dc_kpos;
-    int32_t* dc_bpre;
-    int32_t* qrec8;
-    int64_t* repeats;   // [1], zeroed before the launch; the kernel adds to it
 };
 
 // The first bad input of an execute, on the device. `key` is UINT64_MAX when none was found,
@@ -88,7 +57,7 @@ int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchC
 // `chunk_value` N words. Returns a cudaError_t value (0: success).
 int launch(const KernelShape& shape, const LaunchConfig& config, const void* k_idx,
            const void* q_idx, const void* k_val, const void* q_val, const float* g,
-           const float* beta, const KernelOutputs& out, void* scratch, DeviceStatus* status,
+           const float* beta, const OutputBuffers& out, void* scratch, DeviceStatus* status,
            uint64_t* chunk_value, void* stream);
 
 }  // namespace cuda

@@ -116,7 +116,7 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
 
 int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, const void* q_idx,
            const void* k_val, const void* q_val, const float* g, const float* beta,
-           const KernelOutputs& out, void* scratch, DeviceStatus* status, uint64_t* chunk_value,
+           const OutputBuffers& out, void* scratch, DeviceStatus* status, uint64_t* chunk_value,
            void* stream) {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     cudaError_t e = cudaMemsetAsync(status, 0xFF, sizeof(DeviceStatus), st);

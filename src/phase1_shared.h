@@ -370,11 +370,46 @@ SDM_HD void put_record4(int32_t* rec, int64_t j, int32_t w0, int32_t w1, float w
 }
 
 // ---------------------------------------------------------------------------------------
+// Output pointers of one execute (host memory for the CPU backend, device memory for CUDA),
+// one per output field of the public header (sdm_p1_field); null: not requested. Value-typed
+// fields (cpe, k_eff, q_w) hold float or bfloat16 bits as the plan's value dtype says.
+
+struct OutputBuffers {
+    float* a;
+    float* qk;
+    float* log_k;
+    float* log_q;
+    float* rex;
+    void* cpe;
+    int8_t* is_last;
+    int8_t* is_only;
+    void* k_eff;
+    void* q_w;
+    int32_t* payload;
+    int32_t* pos_k;
+    int32_t* pos_q;
+    int8_t* q_last;
+    int8_t* q_only;
+    int32_t* spay_k;
+    int32_t* spay_q;
+    int32_t* spay_rank;
+    int32_t* krec;
+    float* kspa;
+    int32_t* qrec;
+    int32_t* tiles_k;
+    int32_t* tiles_q;
+    int32_t* segb_k;
+    int32_t* dc_kpos;
+    int32_t* dc_bpre;
+    int32_t* qrec8;
+    int64_t* repeats;   // [1]
+};
+
+// ---------------------------------------------------------------------------------------
 // Per-entry outputs. Both backends find, for every sorted entry of a chunk, the facts below
 // (by a sequential walk on the CPU, by block-wide scans on the GPU) and hand them to
 // write_entry_outputs, which alone decides every bit of the per-entry fields, the sorted
-// rows, the records and the tile indices. `Out` is the backend's struct of output pointers
-// (null: not requested), with the field names of sdm_p1_field.
+// rows, the records and the tile indices.
 
 // Constants of one chunk.
 struct ChunkFacts {
@@ -403,8 +438,7 @@ struct EntryFacts {
 // groups_before of a K entry: the valid slot groups whose first K entry lies before it in the
 // sorted row (for a valid K entry that is not its group's first, its own group counts).
 
-template <typename Out>
-SDM_HD void write_entry_outputs(const Out& out, const ChunkFacts& f, const EntryFacts& e) {
+SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, const EntryFacts& e) {
     const uint32_t p = e.payload;
     const bool valid = !(p & kInvalid);
     const bool is_q = (p & kIsQ) != 0u;
@@ -478,8 +512,7 @@ SDM_HD void write_entry_outputs(const Out& out, const ChunkFacts& f, const Entry
 }
 
 // The last element of each tile index of a chunk, once its valid groups are counted.
-template <typename Out>
-SDM_HD void write_chunk_tails(const Out& out, const ChunkFacts& f, int32_t valid_groups) {
+SDM_HD void write_chunk_tails(const OutputBuffers& out, const ChunkFacts& f, int32_t valid_groups) {
     const int nk = f.C * f.W, nq = f.C * f.R;
     const int ntk = (nk + f.L - 1) / f.L, ntq = (nq + f.L - 1) / f.L, nwk = (nk + 31) / 32;
     if (out.tiles_k) out.tiles_k[f.c * (ntk + 1) + ntk] = nk;
@@ -490,8 +523,7 @@ SDM_HD void write_chunk_tails(const Out& out, const ChunkFacts& f, int32_t valid
 
 // One element of spay_rank: the write entries before 32-position block b of chunk c's sorted
 // row, and the bit mask of the write entries in it.
-template <typename Out>
-SDM_HD void write_rank(const Out& out, int64_t c, int blocks, int b, int32_t writes_before, uint32_t mask) {
+SDM_HD void write_rank(const OutputBuffers& out, int64_t c, int blocks, int b, int32_t writes_before, uint32_t mask) {
     int32_t* w = out.spay_rank + 2 * (c * blocks + b);
     w[0] = writes_before;
     w[1] = static_cast<int32_t>(mask);

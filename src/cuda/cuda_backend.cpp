@@ -53,13 +53,6 @@ KernelShape kernel_shape(const Options& o) {
     return s;
 }
 
-KernelOutputs kernel_outputs(const OutputBuffers& b) {
-    return KernelOutputs{b.a,       b.qk,      b.log_k,   b.log_q,     b.rex,    b.cpe,     b.is_last,
-                         b.is_only, b.k_eff,   b.q_w,     b.payload,   b.pos_k,  b.pos_q,   b.q_last,
-                         b.q_only,  b.spay_k,  b.spay_q,  b.spay_rank, b.krec,   b.kspa,    b.qrec,
-                         b.tiles_k, b.tiles_q, b.segb_k,  b.dc_kpos,   b.dc_bpre, b.qrec8,  b.repeats};
-}
-
 }  // namespace
 
 int device_count(std::string* why) {
@@ -134,7 +127,7 @@ void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in, const
              void* workspace, void* stream) {
     char* ws = static_cast<char*>(workspace);
     const int e = launch(kernel_shape(o), p.config, in.k_idx, in.q_idx, in.k_val, in.q_val, in.g,
-                         out.kspa ? in.beta : nullptr, kernel_outputs(out), ws + p.scratch_offset,
+                         out.kspa ? in.beta : nullptr, out, ws + p.scratch_offset,
                          reinterpret_cast<DeviceStatus*>(ws + p.status_offset),
                          reinterpret_cast<uint64_t*>(ws + p.value_offset), stream);
     check(static_cast<cudaError_t>(e), "launching the Phase 1 kernel");
