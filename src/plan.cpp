@@ -33,17 +33,16 @@ void require_input(const void* p, size_t align, const char* name) {
 void require_device_memory(const sdm_p1_plan& plan, const sdm_p1_inputs& in, void* const* outputs,
                            int32_t count) {
     const int device = plan.options.device;
-    cuda::require_device_pointer(in.k_idx, device, "inputs->k_idx");
-    cuda::require_device_pointer(in.q_idx, device, "inputs->q_idx");
-    cuda::require_device_pointer(in.k_val, device, "inputs->k_val");
-    cuda::require_device_pointer(in.q_val, device, "inputs->q_val");
-    cuda::require_device_pointer(in.g, device, "inputs->g");
-    if (plan.options.has(SDM_P1_DET_KSPA)) cuda::require_device_pointer(in.beta, device, "inputs->beta");
+    cuda::require_device_pointer(in.k_idx, device, "inputs->", "k_idx");
+    cuda::require_device_pointer(in.q_idx, device, "inputs->", "q_idx");
+    cuda::require_device_pointer(in.k_val, device, "inputs->", "k_val");
+    cuda::require_device_pointer(in.q_val, device, "inputs->", "q_val");
+    cuda::require_device_pointer(in.g, device, "inputs->", "g");
+    if (plan.options.has(SDM_P1_DET_KSPA)) cuda::require_device_pointer(in.beta, device, "inputs->", "beta");
     for (int f = 0; f < count; ++f) {
         const sdm_p1_tensor& v = plan.views[static_cast<size_t>(f)];
         if (v.requested && outputs[f] != nullptr) {
-            const std::string what = std::string("the buffer of output '") + v.name + "'";
-            cuda::require_device_pointer(outputs[f], device, what.c_str());
+            cuda::require_device_pointer(outputs[f], device, "the buffer of output ", v.name);
         }
     }
 }

@@ -107,17 +107,17 @@ Prepared prepare(const Options& o, size_t output_bytes) {
 
 sdm_p1_allocator default_allocator() { return sdm_p1_allocator{nullptr, device_alloc, device_free}; }
 
-void require_device_pointer(const void* p, int device, const char* what) {
+void require_device_pointer(const void* p, int device, const char* kind, const char* name) {
     cudaPointerAttributes attr{};
     const cudaError_t e = cudaPointerGetAttributes(&attr, p);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", what, " is not memory CUDA knows (",
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", kind, name, " is not memory CUDA knows (",
              cudaGetErrorString(e), "); a CUDA plan needs device memory of device ", device);
     }
     const bool on_device = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
     if (!on_device || attr.device != device) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", what, " is ", memory_kind(attr.type),
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", kind, name, " is ", memory_kind(attr.type),
              on_device ? " of device " : "", on_device ? std::to_string(attr.device) : std::string(),
              "; a CUDA plan needs device memory of device ", device);
     }

@@ -52,8 +52,9 @@ Prepared prepare(const Options& o, size_t output_bytes);
 // cudaMalloc / cudaFree.
 sdm_p1_allocator default_allocator();
 
-// Throws INVALID_ARGUMENT unless p is device memory of `device` (what: the field's name).
-void require_device_pointer(const void* p, int device, const char* what);
+// Throws INVALID_ARGUMENT unless p is device memory of `device`; the message names the field
+// as `kind` followed by `name` (e.g. "inputs->", "k_idx"), built only on failure.
+void require_device_pointer(const void* p, int device, const char* kind, const char* name);
 
 // Enqueues the plan's work on `stream`; the plan's device must be current.
 void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in,
