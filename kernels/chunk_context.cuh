@@ -22,45 +22,85 @@ constexpr uint32_t kNoError = 0xFFFFFFFFu;
 
 SDM_HD size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
-// Byte offsets of the chunk's arrays (n = C * (W + R) entries). All but position are indexed
-// by sorted position; k_val, q_val and ids are read from global memory where needed.
+// Words of a lane mask over `lanes` lanes.
+SDM_HD int mask_words(int lanes) { return (lanes + 31) / 32; }
+
+// An array of the chunk indexed by sorted position. The scans and the sort access these in
+// blocked order (thread t: positions t * ITEMS + i), which would put a warp's accesses in a
+// few banks; a spare element after every 2^kShift spreads them over all banks: kShift 5 for
+// 4-byte, 4 for 8-byte and 3 for 16-byte elements.
+template <typename T, int kShift>
+struct Padded {
+    T* base;
+    SDM_HD T& operator[](uint32_t r) const { return base[r + (r >> kShift)]; }
+    SDM_HD explicit operator bool() const { return base != nullptr; }
+};
+
+// Elements a padded array of n needs.
+SDM_HD size_t padded_length(size_t n, int shift) { return n + (n >> shift) + 1; }
+
+using PaddedWords = Padded<uint32_t, 5>;
+using PaddedKeys = Padded<uint64_t, 4>;
+using PaddedLogs = Padded<Fix, 3>;
+
+// Byte offsets of the chunk's arrays (n = C * (W + R) entries). All but position and value
+// are indexed by sorted position; ids are read from global memory where needed.
 struct ArrayLayout {
     size_t log;         // Fix[n] inclusive log-cumsum of the group; before the scans: the sort
-                        // keys, uint64[2n] (two buffers)
+                        // keys, uint64[n] twice (two buffers). Padded, as the next five.
     size_t payload;     // uint32[n] payload words, group heads set
+    // writes, before, end and firsts are written by the scans and dead in the pair sums; so
+    // with the arrays in shared memory, the stage temporaries (the sort's, the pair sums')
+    // share their bytes: [stage, stage + stage_room).
+    size_t stage;
+    size_t stage_room;
     size_t writes;      // uint32[n] write entries (valid or padding) before the position
     size_t before;      // uint32[n] peers (valid entries of its kind) before it in its group
     size_t end;         // uint32[n] last position of its group
     size_t firsts;      // uint32[n] valid first writes of groups at or after it (tiles,
                         // dc_kpos / dc_bpre only; else 0 bytes)
     size_t position;    // uint32[n] by entry: its sorted position
+    size_t value;       // float[n] by entry: its k_val / q_val (0 for padding tokens)
     size_t gate;        // Fix[C * gate_width] the chunk's gates in fixed point
     size_t gate_exp;    // double[C] exp of each token's gate (per-token gates; else 0 bytes)
+    size_t walk_mask;   // uint32[C][mask_words(W) + mask_words(R)] per token: its write lanes,
+                        // then its read lanes, that have an earlier entry in their group
     size_t bytes;
 };
 
-SDM_HD ArrayLayout array_layout(int n, int C, int gate_width, bool group_counts) {
+// stage_bytes: the room the stage temporaries need among the arrays (0: they live elsewhere).
+SDM_HD ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, size_t stage_bytes) {
+    const int n = C * (W + R);
     const size_t words = align16(4 * static_cast<size_t>(n));
+    const size_t padded_words = align16(4 * padded_length(n, 5));
+    const size_t logs = 16 * padded_length(n, 3), keys = 2 * 8 * padded_length(n, 4);
     ArrayLayout l{};
     size_t at = 0;
     l.log = at;
-    at += align16(16 * static_cast<size_t>(n));
+    at += align16(logs > keys ? logs : keys);
     l.payload = at;
-    at += words;
+    at += padded_words;
+    l.stage = at;
     l.writes = at;
-    at += words;
+    at += padded_words;
     l.before = at;
-    at += words;
+    at += padded_words;
     l.end = at;
-    at += words;
+    at += padded_words;
     l.firsts = at;
-    at += group_counts ? words : 0;
+    at += group_counts ? padded_words : 0;
+    if (at - l.stage < stage_bytes) at = l.stage + align16(stage_bytes);
+    l.stage_room = at - l.stage;
     l.position = at;
+    at += words;
+    l.value = at;
     at += words;
     l.gate = at;
     at += align16(16 * static_cast<size_t>(C) * gate_width);
     l.gate_exp = at;
     at += gate_width == 1 ? align16(8 * static_cast<size_t>(C)) : 0;
+    l.walk_mask = at;
+    at += align16(4 * static_cast<size_t>(C) * (mask_words(W) + mask_words(R)));
     l.bytes = at;
     return l;
 }
@@ -74,30 +114,37 @@ SDM_HD int pair_units_per_wave(int C) {
 }
 
 struct ChunkArrays {
-    uint64_t* keys;   // aliases log
-    Fix* log;
-    uint32_t* payload;
-    uint32_t* writes;
-    uint32_t* before;
-    uint32_t* end;
-    uint32_t* firsts;   // null when the plan needs no group counts
+    uint64_t* keys;   // aliases log: two buffers of padded_length(n, 4) keys
+    PaddedLogs log;
+    PaddedWords payload;
+    PaddedWords writes;
+    PaddedWords before;
+    PaddedWords end;
+    PaddedWords firsts;   // null when the plan needs no group counts
     uint32_t* position;
+    float* value;
     Fix* gate;
     double* gate_exp;   // null with per-write gates
+    uint32_t* walk_mask;
 };
 
-SDM_HD ChunkArrays bind_arrays(char* base, const ArrayLayout& l) {
+// The first of the two key buffers in a chunk's key area (stage "load" fills it).
+SDM_HD PaddedKeys key_buffer(uint64_t* key_area) { return PaddedKeys{key_area}; }
+
+SDM_HD ChunkArrays bind_arrays(char* base, const ArrayLayout& l, bool group_counts) {
     ChunkArrays a;
     a.keys = reinterpret_cast<uint64_t*>(base + l.log);
-    a.log = reinterpret_cast<Fix*>(base + l.log);
-    a.payload = reinterpret_cast<uint32_t*>(base + l.payload);
-    a.writes = reinterpret_cast<uint32_t*>(base + l.writes);
-    a.before = reinterpret_cast<uint32_t*>(base + l.before);
-    a.end = reinterpret_cast<uint32_t*>(base + l.end);
-    a.firsts = l.position > l.firsts ? reinterpret_cast<uint32_t*>(base + l.firsts) : nullptr;
+    a.log = PaddedLogs{reinterpret_cast<Fix*>(base + l.log)};
+    a.payload = PaddedWords{reinterpret_cast<uint32_t*>(base + l.payload)};
+    a.writes = PaddedWords{reinterpret_cast<uint32_t*>(base + l.writes)};
+    a.before = PaddedWords{reinterpret_cast<uint32_t*>(base + l.before)};
+    a.end = PaddedWords{reinterpret_cast<uint32_t*>(base + l.end)};
+    a.firsts = PaddedWords{group_counts ? reinterpret_cast<uint32_t*>(base + l.firsts) : nullptr};
     a.position = reinterpret_cast<uint32_t*>(base + l.position);
+    a.value = reinterpret_cast<float*>(base + l.value);
     a.gate = reinterpret_cast<Fix*>(base + l.gate);
-    a.gate_exp = l.bytes > l.gate_exp ? reinterpret_cast<double*>(base + l.gate_exp) : nullptr;
+    a.gate_exp = l.walk_mask > l.gate_exp ? reinterpret_cast<double*>(base + l.gate_exp) : nullptr;
+    a.walk_mask = reinterpret_cast<uint32_t*>(base + l.walk_mask);
     return a;
 }
 

@@ -19,18 +19,23 @@ namespace cuda {
 
 namespace {
 
-// The block's working memory besides the chunk's arrays: the temporaries of one stage at a
-// time.
-union StageTemp {
-    typename BlockSort::TempStorage sort;
+// The stage temporaries that need room of their own: the sort's and the pair sums'. (The
+// scans' are small and static.) With the arrays in shared memory they share bytes with the
+// arrays that are dead meanwhile (ArrayLayout::stage); else they open the shared memory.
+__host__ __device__ size_t stage_bytes(int C) {
+    const size_t sort = sizeof(typename BlockSort::TempStorage), pairs = pair_temp_bytes(C);
+    return align16(sort > pairs ? sort : pairs);
+}
+
+ArrayLayout chunk_layout(const KernelShape& s, bool arrays_in_smem) {
+    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, arrays_in_smem ? stage_bytes(s.C) : 0);
+}
+
+union ScanTemp {
     BlockScanTemp<ForwardItem> forward;
     BlockScanTemp<BackwardItem> backward;
+    BlockScanTemp<uint32_t> pairs;
 };
-
-__host__ __device__ size_t stage_bytes(int C) {
-    const size_t rows = 8 * static_cast<size_t>(C) * pair_units_per_wave(C);
-    return align16(sizeof(StageTemp) > rows ? sizeof(StageTemp) : rows);
-}
 
 int bit_width(uint64_t v) {
     int b = 0;
@@ -44,12 +49,15 @@ int bit_width(uint64_t v) {
 __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
     __shared__ ChunkShared sh;
+    __shared__ ScanTemp scan_temp;
     const KernelShape& s = a.s;
-    StageTemp& temp = *reinterpret_cast<StageTemp*>(smem);
     char* arrays_base = a.scratch != nullptr
                             ? a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block
-                            : smem + stage_bytes(s.C);
-    const ChunkArrays arr = bind_arrays(arrays_base, a.layout);
+                            : smem;
+    char* stage = a.scratch != nullptr ? smem : smem + a.layout.stage;
+    const size_t stage_room = a.scratch != nullptr ? stage_bytes(s.C) : a.layout.stage_room;
+    const ChunkArrays arr = bind_arrays(arrays_base, a.layout, s.group_counts);
+    auto& sort_temp = *reinterpret_cast<typename BlockSort::TempStorage*>(stage);
     const int n = s.C * (s.W + s.R);
     for (int64_t c = blockIdx.x; c < s.N; c += gridDim.x) {
         const Chunk k{c, c >= s.N - s.P ? s.valid_last : s.C, n, (c % s.P) * s.stream_offset};
@@ -62,13 +70,13 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
         load_and_check(a, k, arr, sh);
         __syncthreads();
         report_chunk_error(a, k, sh);
-        const uint64_t* sorted = sort_entries(a, k, arr.keys, temp.sort);
+        const PaddedKeys sorted = sort_entries(a, k, arr.keys, sort_temp);
         decode(a, k, sorted, arr);
         __syncthreads();
-        scan_forward(a, k, arr, sh, temp.forward);
-        scan_backward(a, k, arr, sh, temp.backward);
+        scan_forward(a, k, arr, sh, scan_temp.forward);
+        scan_backward(a, k, arr, sh, scan_temp.backward);
         write_records(a, k, arr, sh);
-        pair_sums(a, k, arr, reinterpret_cast<double*>(smem));
+        pair_sums(a, k, arr, stage, stage_room, scan_temp.pairs);
         if (threadIdx.x == 0 && sh.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
                       static_cast<unsigned long long>(sh.repeats));
@@ -80,8 +88,6 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
 }  // namespace
 
 int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfig* config) {
-    const int n = s.C * (s.W + s.R);
-    const ArrayLayout layout = array_layout(n, s.C, s.gate_width, s.group_counts);
     int optin = 0, sms = 0;
     cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -93,11 +99,11 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     e = cudaFuncSetAttribute(phase1_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(limit));
     if (e != cudaSuccess) return e;
-    const size_t stage = stage_bytes(s.C);
     LaunchConfig c{};
     c.threads = kThreads;
-    c.arrays_in_smem = stage + layout.bytes <= limit;
-    c.smem_bytes = stage + (c.arrays_in_smem ? layout.bytes : 0);
+    c.arrays_in_smem = chunk_layout(s, true).bytes <= limit;
+    const ArrayLayout layout = chunk_layout(s, c.arrays_in_smem);
+    c.smem_bytes = c.arrays_in_smem ? layout.bytes : stage_bytes(s.C);
     int per_sm = 0;
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, phase1_kernel, kThreads, c.smem_bytes);
     if (e != cudaSuccess) return e;
@@ -134,7 +140,7 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     a.out = out;
     a.scratch = config.arrays_in_smem ? nullptr : static_cast<char*>(scratch);
     a.scratch_per_block = config.scratch_per_block;
-    a.layout = array_layout(n, s.C, s.gate_width, s.group_counts);
+    a.layout = chunk_layout(s, config.arrays_in_smem);
     a.entry_bits = std::max(1, bit_width(static_cast<uint64_t>(n - 1)));
     // Slots run to num_keys (padding), so the keys need bit_width(num_keys) more bits.
     a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys));

@@ -10,6 +10,8 @@
 namespace sdm_p1 {
 namespace cuda {
 
+constexpr int kLoadBatch = 4;
+
 __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
                                       ChunkShared& sh) {
     const KernelShape& s = a.s;
@@ -17,20 +19,40 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
     const uint32_t code_stride = static_cast<uint32_t>(WR + gw);
     const uint64_t padding_slot = static_cast<uint64_t>(s.num_keys);
     const int64_t tok0 = k.c * s.C;
-    for (int e = threadIdx.x; e < k.n; e += blockDim.x) {
-        const int t = e / WR, j = e - t * WR;
-        uint64_t slot = padding_slot;
-        if (t < k.t_valid) {
-            const bool is_q = j >= W;
-            const int64_t id = is_q ? load_id(a.q_idx, s.idx64, (tok0 + t) * R + (j - W))
-                                    : load_id(a.k_idx, s.idx64, (tok0 + t) * W + j);
-            if (id < k.id_base || id - k.id_base >= s.num_keys) {
-                atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(j));
-            } else {
-                slot = static_cast<uint64_t>(id - k.id_base);
+    // kLoadBatch entries a thread at a time: their loads are all issued before the first use.
+    for (int e0 = threadIdx.x; e0 < k.n; e0 += kLoadBatch * blockDim.x) {
+        int64_t id[kLoadBatch];
+        float value[kLoadBatch];
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int e = e0 + b * blockDim.x;
+            const int t = e / WR, j = e - t * WR;
+            id[b] = 0;
+            value[b] = 0.0f;
+            if (e < k.n && t < k.t_valid) {
+                const bool is_q = j >= W;
+                const int64_t tok = tok0 + t;
+                id[b] = is_q ? load_id(a.q_idx, s.idx64, tok * R + (j - W)) : load_id(a.k_idx, s.idx64, tok * W + j);
+                value[b] = is_q ? load_value(a.q_val, s.bf16, tok * R + (j - W))
+                                : load_value(a.k_val, s.bf16, tok * W + j);
             }
         }
-        arr.keys[e] = slot << a.entry_bits | static_cast<uint64_t>(e);
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int e = e0 + b * blockDim.x;
+            if (e >= k.n) break;
+            const int t = e / WR, j = e - t * WR;
+            uint64_t slot = padding_slot;
+            if (t < k.t_valid) {
+                if (id[b] < k.id_base || id[b] - k.id_base >= s.num_keys) {
+                    atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(j));
+                } else {
+                    slot = static_cast<uint64_t>(id[b] - k.id_base);
+                }
+            }
+            key_buffer(arr.keys)[e] = slot << a.entry_bits | static_cast<uint64_t>(e);
+            arr.value[e] = value[b];
+        }
     }
     for (int x = threadIdx.x; x < s.C * gw; x += blockDim.x) {
         const int t = x / gw, lane = x - t * gw;
@@ -42,6 +64,8 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
         // A token's first write of a slot has its gate as log-cumsum: its exp, once per token.
         if (arr.gate_exp) arr.gate_exp[x] = exp_fix(f);
     }
+    const int mask_total = s.C * (mask_words(W) + mask_words(R));
+    for (int x = threadIdx.x; x < mask_total; x += blockDim.x) arr.walk_mask[x] = 0u;
 }
 
 // After load_and_check and a barrier: one thread publishes the chunk's first offender, if any.

@@ -1,31 +1,34 @@
-// Stage "pair sums": a and qk. A unit is a row i of a or of qk; one warp sums a unit's row in
-// double, in the canonical order of pair_term_add: the entries of token i in lane order (the
-// writes for a, the reads for qk), each walking its group from the nearest earlier entry to
-// the group's head and adding one term per write met (a: of another token). The warp's lanes
-// take one entry each; those with an earlier entry in their group (most have none) then
-// add their terms in lane order (their first terms computed by all lanes at once),
-// so each cell has exactly one writer and the CPU backend's order.
-// Units run in waves whose double rows fit the shared buffer; each wave's rows are then
-// rounded and stored coalesced.
+// Stage "pair sums": a and qk. A unit is a row i of a (the writes of token i) or of qk (its
+// reads). Only walkers add terms: valid entries with an earlier entry in their slot group
+// (stage "records" marks them in per-unit lane masks). A walker walks its group from the
+// nearest earlier entry to the group's head and adds one term per write met (a: of another
+// token than i). Each cell is a double sum in the canonical order of pair_term_add: the
+// walkers of the unit in lane order, each one's terms in walk order.
+//
+// Units run in waves whose double rows fit the shared buffer. In a wave the walkers are
+// numbered unit by unit, lane by lane, and handled in batches, one walker per thread:
+//  1. each walker counts its terms; a block scan of the counts gives each its place in the
+//     batch's term list, and the batch takes the walkers whose terms fit the list;
+//  2. each walker computes its terms (the exps: in parallel over the block) into the list;
+//  3. one thread per unit adds its part of the list, in order, to the unit's row.
+// Each cell so has one writer and the CPU backend's order. A walker with more terms than
+// the list holds (a very long group) is a batch of its own whose unit's thread computes the
+// terms beyond the list itself. The rows are then rounded and stored coalesced.
 #ifndef SDM_P1_KERNELS_STAGE_PAIRS_CUH
 #define SDM_P1_KERNELS_STAGE_PAIRS_CUH
 
+#include "block_scan.cuh"
 #include "chunk_context.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
 
-// k_val / q_val of the entry with payload p.
-__device__ __forceinline__ float entry_value(const KernelArgs& a, const Chunk& k, uint32_t p) {
-    const int64_t tok = k.c * a.s.C + static_cast<int>((p >> kTokenShift) & kTokenMask);
+// k_val / q_val of the entry with payload p (stage "load" keeps them by entry).
+__device__ __forceinline__ float entry_value(const KernelArgs& a, const ChunkArrays& arr, uint32_t p) {
+    const int t = static_cast<int>((p >> kTokenShift) & kTokenMask);
     const int lane = static_cast<int>(p & kLaneMask);
-    return (p & kIsQ) ? load_value(a.q_val, a.s.bf16, tok * a.s.R + lane)
-                      : load_value(a.k_val, a.s.bf16, tok * a.s.W + lane);
+    return arr.value[t * (a.s.W + a.s.R) + ((p & kIsQ) ? a.s.W : 0) + lane];
 }
-
-// Terms each lane computes ahead for its entry, in parallel with the other lanes, before the
-// lanes add their terms one lane after the other.
-constexpr int kTermsAhead = 2;
 
 // Moves *q down its group to the next write whose term the unit adds (a: of another token
 // than i), the walk ending after the group's head. False when the walk is over.
@@ -41,77 +44,216 @@ __device__ __forceinline__ bool next_term(const ChunkArrays& arr, int i, bool qk
     return false;
 }
 
-__device__ __forceinline__ void sum_unit_row(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
-                                             int i, bool qk, double* acc) {
-    const int WR = a.s.W + a.s.R;
-    const int lanes = qk ? a.s.R : a.s.W;
-    const uint32_t* pos = arr.position + i * WR + (qk ? a.s.W : 0);
-    const int me = static_cast<int>(threadIdx.x & 31u);
-    for (int l0 = 0; l0 < lanes; l0 += 32) {
-        // Lane me walks the group of entry l0 + me, if it has an earlier entry.
-        const int lane = l0 + me;
-        const uint32_t r = lane < lanes ? pos[lane] : 0u;
-        const bool walks = lane < lanes && !(arr.payload[r] & kHead);
-        uint32_t q = r;
-        bool more = walks;
-        const float v = walks ? entry_value(a, k, arr.payload[r]) : 0.0f;
-        const Fix lr = walks ? arr.log[r] : fix_zero();
-        PairTerm ahead[kTermsAhead];
-        int cell[kTermsAhead];
-        bool have[kTermsAhead];
-#pragma unroll
-        for (int t = 0; t < kTermsAhead; ++t) {
-            uint32_t pq = 0;
-            have[t] = next_term(arr, i, qk, &q, &more, &pq);
-            cell[t] = static_cast<int>((pq >> kTokenShift) & kTokenMask);
-            if (have[t]) ahead[t] = pair_term(v, entry_value(a, k, pq), lr, arr.log[q]);
+__device__ __forceinline__ int token_of(uint32_t p) { return static_cast<int>((p >> kTokenShift) & kTokenMask); }
+
+// The lane mask words of unit u.
+__device__ __forceinline__ const uint32_t* unit_mask(const KernelArgs& a, const ChunkArrays& arr, int u,
+                                                     int* words) {
+    const int wk = mask_words(a.s.W), wq = mask_words(a.s.R);
+    *words = (u & 1) ? wq : wk;
+    return arr.walk_mask + (u >> 1) * (wk + wq) + ((u & 1) ? wk : 0);
+}
+
+// The lane of the k-th walker (from 0) of a unit's mask.
+__device__ __forceinline__ int kth_lane(const uint32_t* mask, int words, int k) {
+    for (int w = 0; w < words; ++w) {
+        const int c = __popc(mask[w]);
+        if (k < c) return 32 * w + static_cast<int>(__fns(mask[w], 0u, k + 1));
+        k -= c;
+    }
+    return -1;   // not reached: k is below the unit's walker count
+}
+
+// The pair stage's shared memory: the wave's double rows, the walker numbering (first
+// walker of each unit of the wave, and the total), the batch's term-list offsets (one per
+// walker, and the end) and its term list.
+struct PairTemp {
+    double* rows;       // [wave][C]
+    uint32_t* first;    // [wave + 1]
+    uint32_t* offset;   // [kThreads + 1]
+    PairTerm* term;     // [capacity]
+    uint8_t* cell;      // [capacity] the term's column (a token index)
+    uint32_t capacity;
+};
+
+// Bytes of the term list: its capacity is what the arrays that are dead meanwhile leave
+// (see ArrayLayout::stage), at least kMinTerms.
+constexpr uint32_t kMinTerms = 1024;
+constexpr uint32_t kNoStop = 0xFFFFFFFFu;
+
+SDM_HD size_t pair_fixed_bytes(int C) {
+    const int per_wave = pair_units_per_wave(C);
+    return align16(8 * static_cast<size_t>(C) * per_wave) + align16(4 * static_cast<size_t>(per_wave + 1)) +
+           align16(4 * static_cast<size_t>(kThreads + 1));
+}
+
+SDM_HD size_t pair_temp_bytes(int C) { return pair_fixed_bytes(C) + kMinTerms * (sizeof(PairTerm) + 1); }
+
+__device__ __forceinline__ PairTemp bind_pair_temp(char* base, size_t room, int C) {
+    const int per_wave = pair_units_per_wave(C);
+    PairTemp p;
+    p.rows = reinterpret_cast<double*>(base);
+    base += align16(8 * static_cast<size_t>(C) * per_wave);
+    p.first = reinterpret_cast<uint32_t*>(base);
+    base += align16(4 * static_cast<size_t>(per_wave + 1));
+    p.offset = reinterpret_cast<uint32_t*>(base);
+    base += align16(4 * static_cast<size_t>(kThreads + 1));
+    p.capacity = static_cast<uint32_t>((room - pair_fixed_bytes(C)) / (sizeof(PairTerm) + 1));
+    p.term = reinterpret_cast<PairTerm*>(base);
+    p.cell = reinterpret_cast<uint8_t*>(p.term + p.capacity);
+    return p;
+}
+
+// first[w] = walkers of the wave's units before unit u0 + w, for w in [0, wave]. One warp.
+__device__ __forceinline__ void number_walkers(const KernelArgs& a, const ChunkArrays& arr, int u0, int wave,
+                                               uint32_t* first) {
+    if (threadIdx.x >= 32) return;
+    const int lane = static_cast<int>(threadIdx.x);
+    uint32_t carry = 0;
+    for (int b = 0; b <= wave; b += 32) {
+        const int w = b + lane;
+        uint32_t count = 0;
+        if (w < wave) {
+            int words;
+            const uint32_t* m = unit_mask(a, arr, u0 + w, &words);
+            for (int x = 0; x < words; ++x) count += __popc(m[x]);
         }
-        // The entries' terms go in lane order, each lane's in walk order.
-        uint32_t todo = __ballot_sync(0xFFFFFFFFu, walks);
-        while (todo) {
-            const int turn = __ffs(todo) - 1;
-            todo &= todo - 1u;
-            if (me == turn) {
+        uint32_t incl = count;
 #pragma unroll
-                for (int t = 0; t < kTermsAhead; ++t) {
-                    if (have[t]) acc[cell[t]] = pair_term_add(acc[cell[t]], ahead[t]);
-                }
-                uint32_t pq;
-                while (next_term(arr, i, qk, &q, &more, &pq)) {
-                    const int tj = static_cast<int>((pq >> kTokenShift) & kTokenMask);
-                    acc[tj] = pair_term_add(acc[tj], pair_term(v, entry_value(a, k, pq), lr, arr.log[q]));
-                }
-            }
-            __syncwarp();
+        for (int d = 1; d < 32; d <<= 1) {
+            const uint32_t lower = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+            if (lane >= d) incl += lower;
         }
+        if (w <= wave) first[w] = carry + incl - count;
+        carry += __shfl_sync(0xFFFFFFFFu, incl, 31);
     }
 }
 
+// A walker: its unit's row i, kind, sorted position, value and log.
+struct Walker {
+    int i;
+    bool qk;
+    uint32_t r;
+    float v;
+    Fix lr;
+};
+
+// Walker `idx` of the wave.
+__device__ __forceinline__ Walker find_walker(const KernelArgs& a, const ChunkArrays& arr, int u0, int wave,
+                                              const uint32_t* first, uint32_t idx, int* unit) {
+    int lo = 0, hi = wave - 1;   // the unit w with first[w] <= idx < first[w + 1]
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (first[mid] <= idx) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    const int u = u0 + lo;
+    int words;
+    const uint32_t* m = unit_mask(a, arr, u, &words);
+    const int lane = kth_lane(m, words, static_cast<int>(idx - first[lo]));
+    Walker w;
+    w.i = u >> 1;
+    w.qk = (u & 1) != 0;
+    w.r = arr.position[w.i * (a.s.W + a.s.R) + (w.qk ? a.s.W : 0) + lane];
+    w.v = entry_value(a, arr, arr.payload[w.r]);
+    w.lr = arr.log[w.r];
+    *unit = lo;
+    return w;
+}
+
+__device__ __forceinline__ uint32_t count_terms(const ChunkArrays& arr, const Walker& w) {
+    uint32_t q = w.r, pq, m = 0;
+    bool more = true;
+    while (next_term(arr, w.i, w.qk, &q, &more, &pq)) ++m;
+    return m;
+}
+
+// Terms [0, m) of walker w go to the list from `at`; returns where the walk stopped.
+__device__ __forceinline__ uint32_t list_terms(const KernelArgs& a, const ChunkArrays& arr, const Walker& w,
+                                               uint32_t m, const PairTemp& pt, uint32_t at) {
+    uint32_t q = w.r, pq;
+    bool more = true;
+    for (uint32_t t = 0; t < m && next_term(arr, w.i, w.qk, &q, &more, &pq); ++t) {
+        pt.term[at + t] = pair_term(w.v, entry_value(a, arr, pq), w.lr, arr.log[q]);
+        pt.cell[at + t] = static_cast<uint8_t>(token_of(pq));
+    }
+    return q;
+}
+
 __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
-                                 double* rows) {
+                                          char* temp_base, size_t temp_room, BlockScanTemp<uint32_t>& scan) {
     const int C = a.s.C;
     const int units = 2 * C;   // unit u: row u / 2 of a (u even) or of qk (u odd)
     const int per_wave = pair_units_per_wave(C);
-    const int warp = static_cast<int>(threadIdx.x >> 5), warps = static_cast<int>(blockDim.x >> 5);
+    const PairTemp pt = bind_pair_temp(temp_base, temp_room, C);
+    __shared__ uint32_t batch_end, long_stop;
     float* out_a = a.out.a + k.c * C * C;
     float* out_qk = a.out.qk + k.c * C * C;
+    __syncthreads();   // stage "records" has marked the walkers
     for (int u0 = 0; u0 < units; u0 += per_wave) {
         const int wave = min(per_wave, units - u0);
-        for (int x = threadIdx.x; x < wave * C; x += blockDim.x) rows[x] = 0.0;
+        for (int x = threadIdx.x; x < wave * C; x += blockDim.x) pt.rows[x] = 0.0;
+        number_walkers(a, arr, u0, wave, pt.first);
         __syncthreads();
-        for (int w = warp; w < wave; w += warps) {
-            const int u = u0 + w;
-            const int i = u >> 1;
-            if (i < k.t_valid) sum_unit_row(a, k, arr, i, (u & 1) != 0, rows + w * C);
+        const uint32_t total = pt.first[wave];
+        for (uint32_t b0 = 0; b0 < total;) {
+            // 1. Count, place, and cut the batch where the list is full.
+            const uint32_t idx = b0 + threadIdx.x;
+            Walker w{};
+            int unit = 0;
+            uint32_t m = 0;
+            if (idx < total) {
+                w = find_walker(a, arr, u0, wave, pt.first, idx, &unit);
+                m = count_terms(arr, w);
+            }
+            uint32_t incl[1] = {m};
+            block_scan_begin(scan);
+            block_scan_tile(incl, scan, [](uint32_t x, uint32_t y) { return x + y; });
+            const uint32_t at = incl[0] - m;
+            const bool first_of_batch = threadIdx.x == 0;
+            const bool taken = idx < total && (incl[0] <= pt.capacity || first_of_batch);
+            if (taken) pt.offset[threadIdx.x] = at;
+            const int count = __syncthreads_count(taken);
+            if (threadIdx.x == count - 1) pt.offset[count] = min(incl[0], pt.capacity);
+            // 2. The terms, in parallel.
+            if (taken) {
+                const uint32_t q = list_terms(a, arr, w, min(m, pt.capacity), pt, at);
+                if (first_of_batch) long_stop = m > pt.capacity ? q : kNoStop;
+            }
+            if (threadIdx.x == 0) batch_end = b0 + static_cast<uint32_t>(count);
+            __syncthreads();
+            // 3. Each unit's part of the list, in order.
+            const uint32_t b1 = batch_end;
+            for (int x = threadIdx.x; x < wave; x += blockDim.x) {
+                const uint32_t lo = max(pt.first[x], b0), hi = min(pt.first[x + 1], b1);
+                if (lo >= hi) continue;
+                double* row = pt.rows + x * C;
+                for (uint32_t t = pt.offset[lo - b0]; t < pt.offset[hi - b0]; ++t) {
+                    row[pt.cell[t]] = pair_term_add(row[pt.cell[t]], pt.term[t]);
+                }
+                if (lo == b0 && long_stop != kNoStop) {   // the rest of a walk longer than the list
+                    const Walker lw = find_walker(a, arr, u0, wave, pt.first, b0, &unit);
+                    uint32_t q = long_stop, pq;
+                    bool more = true;
+                    while (next_term(arr, lw.i, lw.qk, &q, &more, &pq)) {
+                        const int tj = token_of(pq);
+                        row[tj] = pair_term_add(row[tj], pair_term(lw.v, entry_value(a, arr, pq), lw.lr, arr.log[q]));
+                    }
+                }
+            }
+            __syncthreads();
+            b0 = b1;
         }
-        __syncthreads();
         for (int x = threadIdx.x; x < wave * C; x += blockDim.x) {
             const int u = u0 + x / C, j = x % C;
             const int i = u >> 1;
             if (u & 1) {
-                out_qk[i * C + j] = j <= i ? to_f32(rows[x]) : 0.0f;
+                out_qk[i * C + j] = j <= i ? to_f32(pt.rows[x]) : 0.0f;
             } else {
-                out_a[i * C + j] = j < i ? to_f32(rows[x]) : 0.0f;
+                out_a[i * C + j] = j < i ? to_f32(pt.rows[x]) : 0.0f;
             }
         }
         __syncthreads();

@@ -38,9 +38,7 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
     e.exp_log = own_gate ? arr.gate_exp[t] : exp_fix(e.log);
     e.rex = fix_sub(arr.log[end], e.log);
     const int64_t tok = k.c * s.C + t;
-    e.value = !valid ? 0.0f
-              : is_q ? load_value(a.q_val, s.bf16, tok * s.R + lane)
-                     : load_value(a.k_val, s.bf16, tok * s.W + lane);
+    e.value = valid ? arr.value[t * WR + (is_q ? s.W : 0) + lane] : 0.0f;
     // The slot only goes into the records.
     const bool slot_needed = is_q ? (a.out.qrec || a.out.qrec8) : a.out.krec != nullptr;
     e.slot_key = 0;
@@ -53,15 +51,34 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
     return e;
 }
 
+// Marks the entry at sorted position r (payload p, lane `lane` of token t) as a walker of
+// its unit if it has an earlier entry in its group. Stage "pair sums" reads these masks.
+__device__ __forceinline__ void mark_walker(const KernelArgs& a, const ChunkArrays& arr, int t, int lane,
+                                            bool is_q, uint32_t p) {
+    if ((p & (kInvalid | kHead)) != 0u) return;
+    const int wk = mask_words(a.s.W), wq = mask_words(a.s.R);
+    const int word = t * (wk + wq) + (is_q ? wk : 0) + (lane >> 5);
+    // One atomic per mask word and warp: the walkers of a warp mostly share a word.
+    const uint32_t peers = __match_any_sync(__activemask(), word);
+    const uint32_t bits = __reduce_or_sync(peers, 1u << (lane & 31));
+    if (static_cast<int>(threadIdx.x & 31u) == __ffs(peers) - 1) atomicOr(&arr.walk_mask[word], bits);
+}
+
 __device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
                                      const ChunkShared& sh) {
     const KernelShape& s = a.s;
     const ChunkFacts f{k.c, s.C, s.W, s.R, s.rec_tile, k.id_base, s.bf16, a.out.kspa ? a.beta : nullptr};
     for (int x = threadIdx.x; x < s.C * s.W; x += blockDim.x) {
-        write_entry_outputs(a.out, f, entry_facts(a, k, arr, x / s.W, x % s.W, false, sh.valid_groups));
+        const int t = x / s.W, lane = x - t * s.W;
+        const EntryFacts e = entry_facts(a, k, arr, t, lane, false, sh.valid_groups);
+        write_entry_outputs(a.out, f, e);
+        mark_walker(a, arr, t, lane, false, e.payload);
     }
     for (int x = threadIdx.x; x < s.C * s.R; x += blockDim.x) {
-        write_entry_outputs(a.out, f, entry_facts(a, k, arr, x / s.R, x % s.R, true, sh.valid_groups));
+        const int t = x / s.R, lane = x - t * s.R;
+        const EntryFacts e = entry_facts(a, k, arr, t, lane, true, sh.valid_groups);
+        write_entry_outputs(a.out, f, e);
+        mark_walker(a, arr, t, lane, true, e.payload);
     }
     if (threadIdx.x == 0) write_chunk_tails(a.out, f, static_cast<int32_t>(sh.valid_groups));
 

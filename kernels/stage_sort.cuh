@@ -15,12 +15,12 @@ namespace cuda {
 
 using BlockSort = cub::BlockRadixSort<uint64_t, kThreads, kItems, cub::NullType, 5>;
 
-// Keys of `run` below `key`, in the ascending run [base, base + len).
-__device__ __forceinline__ int count_below(const uint64_t* base, int len, uint64_t key) {
+// Keys below `key` in the ascending run [base, base + len) of keys.
+__device__ __forceinline__ int count_below(PaddedKeys keys, int base, int len, uint64_t key) {
     int lo = 0, hi = len;
     while (lo < hi) {
         const int mid = (lo + hi) >> 1;
-        if (base[mid] < key) {
+        if (keys[base + mid] < key) {
             lo = mid + 1;
         } else {
             hi = mid;
@@ -29,10 +29,11 @@ __device__ __forceinline__ int count_below(const uint64_t* base, int len, uint64
     return lo;
 }
 
-// Sorts keys[0, n); returns where the sorted keys are: keys or keys + n.
-__device__ __forceinline__ uint64_t* sort_entries(const KernelArgs& a, const Chunk& k, uint64_t* keys,
-                                         typename BlockSort::TempStorage& temp) {
+// Sorts the first key buffer's n keys; returns the buffer that holds them sorted.
+__device__ __forceinline__ PaddedKeys sort_entries(const KernelArgs& a, const Chunk& k, uint64_t* key_area,
+                                                   typename BlockSort::TempStorage& temp) {
     const int n = k.n;
+    const PaddedKeys keys = key_buffer(key_area);
     for (int base = 0; base < n; base += kTile) {
         uint64_t item[kItems];
 #pragma unroll
@@ -49,8 +50,8 @@ __device__ __forceinline__ uint64_t* sort_entries(const KernelArgs& a, const Chu
         }
         __syncthreads();   // temp is reused by the next tile
     }
-    uint64_t* src = keys;
-    uint64_t* dst = keys + n;
+    PaddedKeys src = keys;
+    PaddedKeys dst{key_area + padded_length(n, 4)};
     for (int run = kTile; run < n; run *= 2) {
         for (int x = threadIdx.x; x < n; x += blockDim.x) {
             const int start = x / (2 * run) * (2 * run);
@@ -58,12 +59,12 @@ __device__ __forceinline__ uint64_t* sort_entries(const KernelArgs& a, const Chu
             const int len_b = max(0, min(run, n - start - len_a));
             const uint64_t key = src[x];
             const int own = x - start;
-            const int out = own < len_a ? own + count_below(src + start + len_a, len_b, key)
-                                        : (own - len_a) + count_below(src + start, len_a, key);
+            const int out = own < len_a ? own + count_below(src, start + len_a, len_b, key)
+                                        : (own - len_a) + count_below(src, start, len_a, key);
             dst[start + out] = key;
         }
         __syncthreads();
-        uint64_t* t = src;
+        const PaddedKeys t = src;
         src = dst;
         dst = t;
     }
