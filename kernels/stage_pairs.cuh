@@ -12,8 +12,8 @@
 //  2. each walker computes its terms (the exps: in parallel over the block) into the list;
 //  3. one thread per unit adds its part of the list, in order, to the unit's row.
 // Each cell so has one writer and the CPU backend's order. A walker with more terms than
-// the list holds (a very long group) is a batch of its own whose unit's thread computes the
-// terms beyond the list itself. The rows are then rounded and stored coalesced.
+// the list holds (a very long group) is a batch of its own, walked by the whole block
+// (long_walk). The rows are then rounded and stored coalesced.
 #ifndef SDM_P1_KERNELS_STAGE_PAIRS_CUH
 #define SDM_P1_KERNELS_STAGE_PAIRS_CUH
 
@@ -79,7 +79,6 @@ struct PairTemp {
 // Bytes of the term list: its capacity is what the arrays that are dead meanwhile leave
 // (see ArrayLayout::stage), at least kMinTerms.
 constexpr uint32_t kMinTerms = 1024;
-constexpr uint32_t kNoStop = 0xFFFFFFFFu;
 
 SDM_HD size_t pair_fixed_bytes(int C) {
     const int per_wave = pair_units_per_wave(C);
@@ -164,15 +163,56 @@ __device__ __forceinline__ Walker find_walker(const KernelArgs& a, const ChunkAr
     return w;
 }
 
-__device__ __forceinline__ uint32_t count_terms(const ChunkArrays& arr, const Walker& w) {
+// The terms of walker w, counted up to limit + 1.
+__device__ __forceinline__ uint32_t count_terms(const ChunkArrays& arr, const Walker& w, uint32_t limit) {
     uint32_t q = w.r, pq, m = 0;
     bool more = true;
-    while (next_term(arr, w.i, w.qk, &q, &more, &pq)) ++m;
+    while (m <= limit && next_term(arr, w.i, w.qk, &q, &more, &pq)) ++m;
     return m;
 }
 
-// Terms [0, m) of walker w go to the list from `at`; returns where the walk stopped.
-__device__ __forceinline__ uint32_t list_terms(const KernelArgs& a, const ChunkArrays& arr, const Walker& w,
+// A walker with more terms than the list holds (a group with over kMinTerms earlier writes:
+// slots repeated within tokens). The block walks its group together, kThreads positions a
+// round; each round's terms go to the list in walk order and one thread per column adds
+// that column's terms in order.
+__device__ __forceinline__ void long_walk(const KernelArgs& a, const ChunkArrays& arr, const Walker& w, double* row,
+                                          const PairTemp& pt, BlockScanTemp<uint32_t>& scan) {
+    __shared__ uint32_t head_at, listed;
+    const uint32_t t = threadIdx.x;
+    for (uint32_t cursor = w.r;;) {   // positions below cursor are still to walk
+        const bool in_range = cursor >= t + 1u;
+        const uint32_t p = in_range ? cursor - 1u - t : 0u;
+        const uint32_t pp = in_range ? arr.payload[p] : 0u;
+        if (t == 0) head_at = kThreads;
+        __syncthreads();
+        if (in_range && (pp & kHead)) atomicMin(&head_at, t);
+        __syncthreads();
+        const uint32_t h = head_at;   // the walk ends at the group's head
+        const bool is_term = in_range && t <= h && !(pp & kIsQ) && (w.qk || token_of(pp) != w.i);
+        uint32_t incl[1] = {is_term ? 1u : 0u};
+        block_scan_begin(scan);
+        block_scan_tile(incl, scan, [](uint32_t x, uint32_t y) { return x + y; });
+        if (is_term) {
+            pt.term[incl[0] - 1u] = pair_term(w.v, entry_value(a, arr, pp), w.lr, arr.log[p]);
+            pt.cell[incl[0] - 1u] = static_cast<uint8_t>(token_of(pp));
+        }
+        if (t == kThreads - 1) listed = incl[0];
+        __syncthreads();
+        for (int j = threadIdx.x; j < a.s.C; j += blockDim.x) {
+            double acc = row[j];
+            for (uint32_t x = 0; x < listed; ++x) {
+                if (pt.cell[x] == j) acc = pair_term_add(acc, pt.term[x]);
+            }
+            row[j] = acc;
+        }
+        __syncthreads();
+        if (h < kThreads || cursor <= kThreads) break;   // uniform: every thread read h, cursor
+        cursor -= kThreads;
+    }
+}
+
+// Terms [0, m) of walker w go to the list from `at`.
+__device__ __forceinline__ void list_terms(const KernelArgs& a, const ChunkArrays& arr, const Walker& w,
                                                uint32_t m, const PairTemp& pt, uint32_t at) {
     uint32_t q = w.r, pq;
     bool more = true;
@@ -180,7 +220,6 @@ __device__ __forceinline__ uint32_t list_terms(const KernelArgs& a, const ChunkA
         pt.term[at + t] = pair_term(w.v, entry_value(a, arr, pq), w.lr, arr.log[q]);
         pt.cell[at + t] = static_cast<uint8_t>(token_of(pq));
     }
-    return q;
 }
 
 __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
@@ -189,7 +228,8 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
     const int units = 2 * C;   // unit u: row u / 2 of a (u even) or of qk (u odd)
     const int per_wave = pair_units_per_wave(C);
     const PairTemp pt = bind_pair_temp(temp_base, temp_room, C);
-    __shared__ uint32_t batch_end, long_stop;
+    __shared__ uint32_t batch_end;
+    __shared__ bool long_batch;
     float* out_a = a.out.a + k.c * C * C;
     float* out_qk = a.out.qk + k.c * C * C;
     __syncthreads();   // stage "records" has marked the walkers
@@ -207,22 +247,25 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
             uint32_t m = 0;
             if (idx < total) {
                 w = find_walker(a, arr, u0, wave, pt.first, idx, &unit);
-                m = count_terms(arr, w);
+                m = count_terms(arr, w, pt.capacity);
             }
             uint32_t incl[1] = {m};
             block_scan_begin(scan);
             block_scan_tile(incl, scan, [](uint32_t x, uint32_t y) { return x + y; });
             const uint32_t at = incl[0] - m;
-            const bool first_of_batch = threadIdx.x == 0;
-            const bool taken = idx < total && (incl[0] <= pt.capacity || first_of_batch);
+            const bool taken = idx < total && incl[0] <= pt.capacity;
             if (taken) pt.offset[threadIdx.x] = at;
+            if (threadIdx.x == 0) long_batch = m > pt.capacity;
             const int count = __syncthreads_count(taken);
-            if (threadIdx.x == count - 1) pt.offset[count] = min(incl[0], pt.capacity);
-            // 2. The terms, in parallel.
-            if (taken) {
-                const uint32_t q = list_terms(a, arr, w, min(m, pt.capacity), pt, at);
-                if (first_of_batch) long_stop = m > pt.capacity ? q : kNoStop;
+            if (long_batch) {   // uniform; walker b0 is thread 0's
+                const Walker lw = find_walker(a, arr, u0, wave, pt.first, b0, &unit);
+                long_walk(a, arr, lw, pt.rows + unit * C, pt, scan);
+                b0 += 1;
+                continue;
             }
+            if (threadIdx.x == count - 1) pt.offset[count] = incl[0];
+            // 2. The terms, in parallel.
+            if (taken) list_terms(a, arr, w, m, pt, at);
             if (threadIdx.x == 0) batch_end = b0 + static_cast<uint32_t>(count);
             __syncthreads();
             // 3. Each unit's part of the list, in order.
@@ -233,15 +276,6 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
                 double* row = pt.rows + x * C;
                 for (uint32_t t = pt.offset[lo - b0]; t < pt.offset[hi - b0]; ++t) {
                     row[pt.cell[t]] = pair_term_add(row[pt.cell[t]], pt.term[t]);
-                }
-                if (lo == b0 && long_stop != kNoStop) {   // the rest of a walk longer than the list
-                    const Walker lw = find_walker(a, arr, u0, wave, pt.first, b0, &unit);
-                    uint32_t q = long_stop, pq;
-                    bool more = true;
-                    while (next_term(arr, lw.i, lw.qk, &q, &more, &pq)) {
-                        const int tj = token_of(pq);
-                        row[tj] = pair_term_add(row[tj], pair_term(lw.v, entry_value(a, arr, pq), lw.lr, arr.log[q]));
-                    }
                 }
             }
             __syncthreads();
