@@ -1,7 +1,9 @@
 // Stage "load and check": the chunk's ids become sort keys (slot << entry_bits | entry, so the
-// keys are distinct and their order is the stable order by slot), its gates fixed-point
-// numbers (with per-token gates also their exponentials). Bad ids and gates are recorded, never used: such an id sorts as padding, such a
-// gate counts as 0, so every later index stays in range.
+// keys are distinct and their order is the stable order by slot), its values are kept by
+// entry, its gates become fixed-point numbers (with per-token gates also their
+// exponentials), and the walker masks are cleared. Bad ids and gates are recorded, never
+// used: such an id sorts as padding, such a gate counts as 0, so every later index stays in
+// range.
 #ifndef SDM_P1_KERNELS_STAGE_LOAD_CUH
 #define SDM_P1_KERNELS_STAGE_LOAD_CUH
 

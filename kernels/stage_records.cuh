@@ -51,8 +51,8 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
     return e;
 }
 
-// Marks the entry at sorted position r (payload p, lane `lane` of token t) as a walker of
-// its unit if it has an earlier entry in its group. Stage "pair sums" reads these masks.
+// Marks the entry with payload p (lane `lane` of token t) as a walker of its unit if it has
+// an earlier entry in its group. Stage "pair sums" reads these masks.
 __device__ __forceinline__ void mark_walker(const KernelArgs& a, const ChunkArrays& arr, int t, int lane,
                                             bool is_q, uint32_t p) {
     if ((p & (kInvalid | kHead)) != 0u) return;
