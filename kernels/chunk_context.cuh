@@ -25,6 +25,11 @@ SDM_HD size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 // Words of a lane mask over `lanes` lanes.
 SDM_HD int mask_words(int lanes) { return (lanes + 31) / 32; }
 
+// Index of the first walker-mask word of token t's write (or read) lanes (ArrayLayout::walk_mask).
+SDM_HD int walk_mask_base(int W, int R, int t, bool is_q) {
+    return t * (mask_words(W) + mask_words(R)) + (is_q ? mask_words(W) : 0);
+}
+
 // An array of the chunk indexed by sorted position. The scans and the sort access these in
 // blocked order (thread t: positions t * ITEMS + i), which would put a warp's accesses in a
 // few banks; a spare element after every 2^kShift spreads them over all banks: kShift 5 for

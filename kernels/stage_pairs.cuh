@@ -25,7 +25,7 @@ namespace cuda {
 
 // k_val / q_val of the entry with payload p (stage "load" keeps them by entry).
 __device__ __forceinline__ float entry_value(const KernelArgs& a, const ChunkArrays& arr, uint32_t p) {
-    const int t = static_cast<int>((p >> kTokenShift) & kTokenMask);
+    const int t = payload_token(p);
     const int lane = static_cast<int>(p & kLaneMask);
     return arr.value[t * (a.s.W + a.s.R) + ((p & kIsQ) ? a.s.W : 0) + lane];
 }
@@ -39,19 +39,17 @@ __device__ __forceinline__ bool next_term(const ChunkArrays& arr, int i, bool qk
         *pq = arr.payload[*q];
         if (*pq & kHead) *more = false;
         // In a group every entry is valid.
-        if (!(*pq & kIsQ) && (qk || static_cast<int>((*pq >> kTokenShift) & kTokenMask) != i)) return true;
+        if (!(*pq & kIsQ) && (qk || payload_token(*pq) != i)) return true;
     }
     return false;
 }
 
-__device__ __forceinline__ int token_of(uint32_t p) { return static_cast<int>((p >> kTokenShift) & kTokenMask); }
-
 // The lane mask words of unit u.
 __device__ __forceinline__ const uint32_t* unit_mask(const KernelArgs& a, const ChunkArrays& arr, int u,
                                                      int* words) {
-    const int wk = mask_words(a.s.W), wq = mask_words(a.s.R);
-    *words = (u & 1) ? wq : wk;
-    return arr.walk_mask + (u >> 1) * (wk + wq) + ((u & 1) ? wk : 0);
+    const bool is_q = (u & 1) != 0;
+    *words = mask_words(is_q ? a.s.R : a.s.W);
+    return arr.walk_mask + walk_mask_base(a.s.W, a.s.R, u >> 1, is_q);
 }
 
 // The lane of the k-th walker (from 0) of a unit's mask.
@@ -63,6 +61,11 @@ __device__ __forceinline__ int kth_lane(const uint32_t* mask, int words, int k) 
     }
     return -1;   // not reached: k is below the unit's walker count
 }
+
+// The block scans' operator for term counts.
+struct Sum {
+    __device__ uint32_t operator()(uint32_t x, uint32_t y) const { return x + y; }
+};
 
 // The pair stage's shared memory: the wave's double rows, the walker numbering (first
 // walker of each unit of the wave, and the total), the batch's term-list offsets (one per
@@ -188,13 +191,13 @@ __device__ __forceinline__ void long_walk(const KernelArgs& a, const ChunkArrays
         if (in_range && (pp & kHead)) atomicMin(&head_at, t);
         __syncthreads();
         const uint32_t h = head_at;   // the walk ends at the group's head
-        const bool is_term = in_range && t <= h && !(pp & kIsQ) && (w.qk || token_of(pp) != w.i);
+        const bool is_term = in_range && t <= h && !(pp & kIsQ) && (w.qk || payload_token(pp) != w.i);
         uint32_t incl[1] = {is_term ? 1u : 0u};
         block_scan_begin(scan);
-        block_scan_tile(incl, scan, [](uint32_t x, uint32_t y) { return x + y; });
+        block_scan_tile(incl, scan, Sum());
         if (is_term) {
             pt.term[incl[0] - 1u] = pair_term(w.v, entry_value(a, arr, pp), w.lr, arr.log[p]);
-            pt.cell[incl[0] - 1u] = static_cast<uint8_t>(token_of(pp));
+            pt.cell[incl[0] - 1u] = static_cast<uint8_t>(payload_token(pp));
         }
         if (t == kThreads - 1) listed = incl[0];
         __syncthreads();
@@ -218,7 +221,7 @@ __device__ __forceinline__ void list_terms(const KernelArgs& a, const ChunkArray
     bool more = true;
     for (uint32_t t = 0; t < m && next_term(arr, w.i, w.qk, &q, &more, &pq); ++t) {
         pt.term[at + t] = pair_term(w.v, entry_value(a, arr, pq), w.lr, arr.log[q]);
-        pt.cell[at + t] = static_cast<uint8_t>(token_of(pq));
+        pt.cell[at + t] = static_cast<uint8_t>(payload_token(pq));
     }
 }
 
@@ -251,7 +254,7 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
             }
             uint32_t incl[1] = {m};
             block_scan_begin(scan);
-            block_scan_tile(incl, scan, [](uint32_t x, uint32_t y) { return x + y; });
+            block_scan_tile(incl, scan, Sum());
             const uint32_t at = incl[0] - m;
             const bool taken = idx < total && incl[0] <= pt.capacity;
             if (taken) pt.offset[threadIdx.x] = at;

@@ -56,8 +56,7 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
 __device__ __forceinline__ void mark_walker(const KernelArgs& a, const ChunkArrays& arr, int t, int lane,
                                             bool is_q, uint32_t p) {
     if ((p & (kInvalid | kHead)) != 0u) return;
-    const int wk = mask_words(a.s.W), wq = mask_words(a.s.R);
-    const int word = t * (wk + wq) + (is_q ? wk : 0) + (lane >> 5);
+    const int word = walk_mask_base(a.s.W, a.s.R, t, is_q) + (lane >> 5);
     // One atomic per mask word and warp: the walkers of a warp mostly share a word.
     const uint32_t peers = __match_any_sync(__activemask(), word);
     const uint32_t bits = __reduce_or_sync(peers, 1u << (lane & 31));

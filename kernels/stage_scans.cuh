@@ -61,10 +61,10 @@ __device__ __forceinline__ Fix gate_added(const KernelArgs& a, const ChunkArrays
                                  bool* repeat) {
     *repeat = false;
     if ((p & (kInvalid | kIsQ)) != 0u) return fix_zero();
-    const int t = static_cast<int>((p >> kTokenShift) & kTokenMask);
+    const int t = payload_token(p);
     if (!(p & kHead)) {
         const uint32_t pp = arr.payload[r - 1];
-        if (!(pp & kIsQ) && static_cast<int>((pp >> kTokenShift) & kTokenMask) == t) {
+        if (!(pp & kIsQ) && payload_token(pp) == t) {
             *repeat = true;
             return fix_zero();
         }

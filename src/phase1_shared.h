@@ -76,6 +76,9 @@ SDM_HD uint32_t payload_word(int token, int lane, bool is_q, bool valid) {
            static_cast<uint32_t>(lane) | (valid ? 0u : kInvalid);
 }
 
+// The token of a payload word.
+SDM_HD int payload_token(uint32_t p) { return static_cast<int>((p >> kTokenShift) & kTokenMask); }
+
 SDM_HD int32_t pack_position(uint32_t pos, uint32_t before, uint32_t after, bool valid) {
     if (!valid) return static_cast<int32_t>(pos);
     const uint32_t after_sat = after < kPosCountMax ? after : kPosCountMax;
@@ -442,7 +445,7 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
     const uint32_t p = e.payload;
     const bool valid = !(p & kInvalid);
     const bool is_q = (p & kIsQ) != 0u;
-    const int t = static_cast<int>((p >> kTokenShift) & kTokenMask);
+    const int t = payload_token(p);
     const int lane = static_cast<int>(p & kLaneMask);
     const int32_t packed = pack_position(e.r, e.before, e.after, valid);
     const int32_t elem = sorted_element(p, e.before, e.after, valid);

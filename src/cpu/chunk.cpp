@@ -150,11 +150,11 @@ int64_t scan_forward(const Chunk& k, const ChunkScratch& s) {
         const bool valid = !(p & kInvalid);
         const bool is_k = valid && !(p & kIsQ);
         const bool is_q = valid && (p & kIsQ);
-        const int t = static_cast<int>((p >> kTokenShift) & kTokenMask);
+        const int t = payload_token(p);
         if (is_k) {
             const uint32_t pp = r > 0 ? s.payload[r - 1] : 0u;
             const bool repeat = !(p & kHead) && !(pp & kIsQ) &&
-                                static_cast<int>((pp >> kTokenShift) & kTokenMask) == t;
+                                payload_token(pp) == t;
             if (repeat) {
                 ++repeats;
             } else {
@@ -269,7 +269,7 @@ void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScratch& s) 
                     const uint32_t pq = s.payload[q];
                     if (pq & kIsQ) continue;   // in a group, every entry is valid
                     --need;
-                    const int tj = static_cast<int>((pq >> kTokenShift) & kTokenMask);
+                    const int tj = payload_token(pq);
                     if (is_q) {
                         row_qk[tj] = pair_term_add(row_qk[tj], s.value[r], s.value[q], s.log[r], s.log[q]);
                     } else if (tj != i) {
