@@ -68,6 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
         }
         __syncthreads();
         load_and_check(a, k, arr, sh);
+        prefetch_chunk(a, c + gridDim.x);
         __syncthreads();
         report_chunk_error(a, k, sh);
         const PaddedKeys sorted = sort_entries(a, k, arr.keys, sort_temp);

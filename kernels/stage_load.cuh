@@ -70,6 +70,28 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
     for (int x = threadIdx.x; x < mask_total; x += blockDim.x) arr.walk_mask[x] = 0u;
 }
 
+// Asks L2 for the bytes [p, p + bytes), a 128-byte line a thread at a time.
+__device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes) {
+    const char* base = static_cast<const char*>(p);
+    for (size_t off = threadIdx.x * size_t{128}; off < bytes; off += blockDim.x * size_t{128}) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+    }
+}
+
+// Chunk c's ids, values and gates are brought into L2 while the block works on its current
+// chunk, so stage "load" of chunk c waits on L2 rather than on device memory.
+__device__ __forceinline__ void prefetch_chunk(const KernelArgs& a, int64_t c) {
+    const KernelShape& s = a.s;
+    if (c >= s.N) return;
+    const size_t id_size = s.idx64 ? 8 : 4, value_size = s.bf16 ? 2 : 4;
+    const int64_t kw = c * s.C * s.W, kr = c * s.C * s.R;
+    prefetch_l2(static_cast<const char*>(a.k_idx) + kw * id_size, static_cast<size_t>(s.C) * s.W * id_size);
+    prefetch_l2(static_cast<const char*>(a.q_idx) + kr * id_size, static_cast<size_t>(s.C) * s.R * id_size);
+    prefetch_l2(static_cast<const char*>(a.k_val) + kw * value_size, static_cast<size_t>(s.C) * s.W * value_size);
+    prefetch_l2(static_cast<const char*>(a.q_val) + kr * value_size, static_cast<size_t>(s.C) * s.R * value_size);
+    prefetch_l2(a.g + c * s.C * s.gate_width, static_cast<size_t>(s.C) * s.gate_width * 4);
+}
+
 // After load_and_check and a barrier: one thread publishes the chunk's first offender, if any.
 __device__ __forceinline__ void report_chunk_error(const KernelArgs& a, const Chunk& k, const ChunkShared& sh) {
     if (threadIdx.x != 0 || sh.error_code == kNoError) return;
