@@ -30,29 +30,39 @@ SDM_HD int walk_mask_base(int W, int R, int t, bool is_q) {
     return t * (mask_words(W) + mask_words(R)) + (is_q ? mask_words(W) : 0);
 }
 
-// An array of the chunk indexed by sorted position. The scans and the sort access these in
-// blocked order (thread t: positions t * ITEMS + i), which would put a warp's accesses in a
-// few banks; a spare element after every 2^kShift spreads them over all banks: kShift 5 for
-// 4-byte, 4 for 8-byte and 3 for 16-byte elements.
-template <typename T, int kShift>
-struct Padded {
+// An array of the chunk indexed by sorted position, stored as 8 rows of `stride` elements:
+// position r at (r % 8) * stride + r / 8. The sort and the scans give each thread 8
+// consecutive positions (blocked order), so at each step a warp touches 32 consecutive
+// elements: coalesced in global scratch, free of bank conflicts in shared memory. A stride of
+// 4 (mod 32) keeps the striped order (a warp on 32 consecutive positions) free of conflicts
+// as well.
+template <typename T>
+struct Interleaved {
     T* base;
-    SDM_HD T& operator[](uint32_t r) const { return base[r + (r >> kShift)]; }
+    uint32_t stride;
+    SDM_HD T& operator[](uint32_t r) const { return base[(r & 7u) * stride + (r >> 3)]; }
     SDM_HD explicit operator bool() const { return base != nullptr; }
 };
 
-// Elements a padded array of n needs.
-SDM_HD size_t padded_length(size_t n, int shift) { return n + (n >> shift) + 1; }
+// The rows of the blocked order are kItems = kScanItems = 8 positions long.
+static_assert(kItems == 8 && kScanItems == 8, "Interleaved assumes 8 positions per thread");
 
-using PaddedWords = Padded<uint32_t, 5>;
-using PaddedKeys = Padded<uint64_t, 4>;
-using PaddedLogs = Padded<Fix, 3>;
+// The stride of an interleaved array of n elements (it holds 8 * stride).
+SDM_HD uint32_t interleave_stride(int n) {
+    const uint32_t rows = (static_cast<uint32_t>(n) + 7u) / 8u;
+    return (rows + 27u) / 32u * 32u + 4u;
+}
+
+using InterleavedWords = Interleaved<uint32_t>;
+using InterleavedKeys = Interleaved<uint64_t>;
+using InterleavedLogs = Interleaved<Fix>;
 
 // Byte offsets of the chunk's arrays (n = C * (W + R) entries). All but position and value
 // are indexed by sorted position; ids are read from global memory where needed.
 struct ArrayLayout {
+    uint32_t stride;    // of the interleaved arrays (log to firsts)
     size_t log;         // Fix[n] inclusive log-cumsum of the group; before the scans: the sort
-                        // keys, uint64[n] twice (two buffers). Padded, as the next five.
+                        // keys, uint64[n] twice (two buffers). Interleaved, as the next five.
     size_t payload;     // uint32[n] payload words, group heads set
     // writes, before, end and firsts are written by the scans and dead in the pair sums; so
     // with the arrays in shared memory, the stage temporaries (the sort's, the pair sums')
@@ -77,23 +87,24 @@ struct ArrayLayout {
 SDM_HD ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, size_t stage_bytes) {
     const int n = C * (W + R);
     const size_t words = align16(4 * static_cast<size_t>(n));
-    const size_t padded_words = align16(4 * padded_length(n, 5));
-    const size_t logs = 16 * padded_length(n, 3), keys = 2 * 8 * padded_length(n, 4);
     ArrayLayout l{};
+    l.stride = interleave_stride(n);
+    const size_t elements = 8 * static_cast<size_t>(l.stride);
+    const size_t interleaved_words = align16(4 * elements);
     size_t at = 0;
     l.log = at;
-    at += align16(logs > keys ? logs : keys);
+    at += align16(16 * elements);   // as many bytes as two key buffers
     l.payload = at;
-    at += padded_words;
+    at += interleaved_words;
     l.stage = at;
     l.writes = at;
-    at += padded_words;
+    at += interleaved_words;
     l.before = at;
-    at += padded_words;
+    at += interleaved_words;
     l.end = at;
-    at += padded_words;
+    at += interleaved_words;
     l.firsts = at;
-    at += group_counts ? padded_words : 0;
+    at += group_counts ? interleaved_words : 0;
     if (at - l.stage < stage_bytes) at = l.stage + align16(stage_bytes);
     l.stage_room = at - l.stage;
     l.position = at;
@@ -119,13 +130,14 @@ SDM_HD int pair_units_per_wave(int C) {
 }
 
 struct ChunkArrays {
-    uint64_t* keys;   // aliases log: two buffers of padded_length(n, 4) keys
-    PaddedLogs log;
-    PaddedWords payload;
-    PaddedWords writes;
-    PaddedWords before;
-    PaddedWords end;
-    PaddedWords firsts;   // null when the plan needs no group counts
+    InterleavedKeys keys;       // aliases log: the first key buffer (stage "load" fills it)
+    InterleavedKeys keys_alt;   // aliases log: the second key buffer
+    InterleavedLogs log;
+    InterleavedWords payload;
+    InterleavedWords writes;
+    InterleavedWords before;
+    InterleavedWords end;
+    InterleavedWords firsts;   // null when the plan needs no group counts
     uint32_t* position;
     float* value;
     Fix* gate;
@@ -133,18 +145,18 @@ struct ChunkArrays {
     uint32_t* walk_mask;
 };
 
-// The first of the two key buffers in a chunk's key area (stage "load" fills it).
-SDM_HD PaddedKeys key_buffer(uint64_t* key_area) { return PaddedKeys{key_area}; }
-
 SDM_HD ChunkArrays bind_arrays(char* base, const ArrayLayout& l, bool group_counts) {
     ChunkArrays a;
-    a.keys = reinterpret_cast<uint64_t*>(base + l.log);
-    a.log = PaddedLogs{reinterpret_cast<Fix*>(base + l.log)};
-    a.payload = PaddedWords{reinterpret_cast<uint32_t*>(base + l.payload)};
-    a.writes = PaddedWords{reinterpret_cast<uint32_t*>(base + l.writes)};
-    a.before = PaddedWords{reinterpret_cast<uint32_t*>(base + l.before)};
-    a.end = PaddedWords{reinterpret_cast<uint32_t*>(base + l.end)};
-    a.firsts = PaddedWords{group_counts ? reinterpret_cast<uint32_t*>(base + l.firsts) : nullptr};
+    const uint32_t st = l.stride;
+    uint64_t* const key_area = reinterpret_cast<uint64_t*>(base + l.log);
+    a.keys = InterleavedKeys{key_area, st};
+    a.keys_alt = InterleavedKeys{key_area + 8 * static_cast<size_t>(st), st};
+    a.log = InterleavedLogs{reinterpret_cast<Fix*>(base + l.log), st};
+    a.payload = InterleavedWords{reinterpret_cast<uint32_t*>(base + l.payload), st};
+    a.writes = InterleavedWords{reinterpret_cast<uint32_t*>(base + l.writes), st};
+    a.before = InterleavedWords{reinterpret_cast<uint32_t*>(base + l.before), st};
+    a.end = InterleavedWords{reinterpret_cast<uint32_t*>(base + l.end), st};
+    a.firsts = InterleavedWords{group_counts ? reinterpret_cast<uint32_t*>(base + l.firsts) : nullptr, st};
     a.position = reinterpret_cast<uint32_t*>(base + l.position);
     a.value = reinterpret_cast<float*>(base + l.value);
     a.gate = reinterpret_cast<Fix*>(base + l.gate);

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
         prefetch_chunk(a, c + gridDim.x);
         __syncthreads();
         report_chunk_error(a, k, sh);
-        const PaddedKeys sorted = sort_entries(a, k, arr.keys, sort_temp);
+        const InterleavedKeys sorted = sort_entries(a, k, arr.keys, arr.keys_alt, sort_temp);
         decode(a, k, sorted, arr);
         __syncthreads();
         scan_forward(a, k, arr, sh, scan_temp.forward);

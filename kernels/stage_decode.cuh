@@ -8,7 +8,7 @@
 namespace sdm_p1 {
 namespace cuda {
 
-__device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, PaddedKeys sorted,
+__device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, InterleavedKeys sorted,
                               const ChunkArrays& arr) {
     const KernelShape& s = a.s;
     const int W = s.W, WR = W + s.R;

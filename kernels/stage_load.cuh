@@ -52,7 +52,7 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
                     slot = static_cast<uint64_t>(id[b] - k.id_base);
                 }
             }
-            key_buffer(arr.keys)[e] = slot << a.entry_bits | static_cast<uint64_t>(e);
+            arr.keys[e] = slot << a.entry_bits | static_cast<uint64_t>(e);
             arr.value[e] = value[b];
         }
     }

@@ -16,7 +16,7 @@ namespace cuda {
 using BlockSort = cub::BlockRadixSort<uint64_t, kThreads, kItems, cub::NullType, 5>;
 
 // Keys below `key` in the ascending run [base, base + len) of keys.
-__device__ __forceinline__ int count_below(PaddedKeys keys, int base, int len, uint64_t key) {
+__device__ __forceinline__ int count_below(InterleavedKeys keys, int base, int len, uint64_t key) {
     int lo = 0, hi = len;
     while (lo < hi) {
         const int mid = (lo + hi) >> 1;
@@ -29,11 +29,12 @@ __device__ __forceinline__ int count_below(PaddedKeys keys, int base, int len, u
     return lo;
 }
 
-// Sorts the first key buffer's n keys; returns the buffer that holds them sorted.
-__device__ __forceinline__ PaddedKeys sort_entries(const KernelArgs& a, const Chunk& k, uint64_t* key_area,
-                                                   typename BlockSort::TempStorage& temp) {
+// Sorts the n keys of `keys` (`alt` is the merge rounds' second buffer); returns the
+// buffer that holds them sorted.
+__device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, const Chunk& k,
+                                                       InterleavedKeys keys, InterleavedKeys alt,
+                                                       typename BlockSort::TempStorage& temp) {
     const int n = k.n;
-    const PaddedKeys keys = key_buffer(key_area);
     for (int base = 0; base < n; base += kTile) {
         uint64_t item[kItems];
 #pragma unroll
@@ -50,21 +51,25 @@ __device__ __forceinline__ PaddedKeys sort_entries(const KernelArgs& a, const Ch
         }
         __syncthreads();   // temp is reused by the next tile
     }
-    PaddedKeys src = keys;
-    PaddedKeys dst{key_area + padded_length(n, 4)};
+    InterleavedKeys src = keys, dst = alt;
     for (int run = kTile; run < n; run *= 2) {
-        for (int x = threadIdx.x; x < n; x += blockDim.x) {
-            const int start = x / (2 * run) * (2 * run);
-            const int len_a = min(run, n - start);
-            const int len_b = max(0, min(run, n - start - len_a));
-            const uint64_t key = src[x];
-            const int own = x - start;
-            const int out = own < len_a ? own + count_below(src, start + len_a, len_b, key)
-                                        : (own - len_a) + count_below(src, start, len_a, key);
-            dst[start + out] = key;
+        // Blocked order, as the tiles: at each step a warp's reads of src are contiguous.
+        for (int base = 0; base < n; base += kTile) {
+            for (int i = 0; i < kItems; ++i) {
+                const int x = base + threadIdx.x * kItems + i;
+                if (x >= n) break;
+                const int start = x / (2 * run) * (2 * run);
+                const int len_a = min(run, n - start);
+                const int len_b = max(0, min(run, n - start - len_a));
+                const uint64_t key = src[x];
+                const int own = x - start;
+                const int out = own < len_a ? own + count_below(src, start + len_a, len_b, key)
+                                            : (own - len_a) + count_below(src, start, len_a, key);
+                dst[start + out] = key;
+            }
         }
         __syncthreads();
-        const PaddedKeys t = src;
+        const InterleavedKeys t = src;
         src = dst;
         dst = t;
     }
