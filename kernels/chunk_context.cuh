@@ -57,67 +57,83 @@ using InterleavedWords = Interleaved<uint32_t>;
 using InterleavedKeys = Interleaved<uint64_t>;
 using InterleavedLogs = Interleaved<Fix>;
 
-// Byte offsets of the chunk's arrays (n = C * (W + R) entries). All but position and value
-// are indexed by sorted position; ids are read from global memory where needed.
-struct ArrayLayout {
-    uint32_t stride;    // of the interleaved arrays (log to firsts)
-    size_t log;         // Fix[n] inclusive log-cumsum of the group; before the scans: the sort
-                        // keys, uint64[n] twice (two buffers). Interleaved, as the next five.
-    size_t payload;     // uint32[n] payload words, group heads set
-    // writes, before, end and firsts are written by the scans and dead in the pair sums; so
-    // with the arrays in shared memory, the stage temporaries (the sort's, the pair sums')
-    // share their bytes: [stage, stage + stage_room).
-    size_t stage;
-    size_t stage_room;
-    size_t writes;      // uint32[n] write entries (valid or padding) before the position
-    size_t before;      // uint32[n] peers (valid entries of its kind) before it in its group
-    size_t end;         // uint32[n] last position of its group
-    size_t firsts;      // uint32[n] valid first writes of groups at or after it (tiles,
-                        // dc_kpos / dc_bpre only; else 0 bytes)
-    size_t position;    // uint32[n] by entry: its sorted position
-    size_t value;       // float[n] by entry: its k_val / q_val (0 for padding tokens)
-    size_t gate;        // Fix[C * gate_width] the chunk's gates in fixed point
-    size_t gate_exp;    // double[C] exp of each token's gate (per-token gates; else 0 bytes)
-    size_t walk_mask;   // uint32[C][mask_words(W) + mask_words(R)] per token: its write lanes,
-                        // then its read lanes, that have an earlier entry in their group
+// Where one of the chunk's arrays lives: `bytes` at `offset` in the block's shared memory or
+// in its slice of global scratch. bytes 0: the plan does not need the array.
+struct Place {
+    size_t offset;
     size_t bytes;
+    bool in_smem;
 };
 
-// stage_bytes: the room the stage temporaries need among the arrays (0: they live elsewhere).
-SDM_HD ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, size_t stage_bytes) {
+// The chunk's arrays (n = C * (W + R) entries). All but position and value are indexed by
+// sorted position; ids are read from global memory where needed. Each array is in shared
+// memory where it fits, else in global scratch (array_layout says which).
+struct ArrayLayout {
+    uint32_t stride;    // of the interleaved arrays (log to firsts)
+    Place log;          // Fix[n] inclusive log-cumsum of the group; before the scans: the sort
+                        // keys, uint64[n] twice (two buffers). Interleaved, as the next five.
+    Place payload;      // uint32[n] payload words, group heads set
+    Place writes;       // uint32[n] write entries (valid or padding) before the position
+    Place before;       // uint32[n] peers (valid entries of its kind) before it in its group
+    Place end;          // uint32[n] last position of its group
+    Place firsts;       // uint32[n] valid first writes of groups at or after it (tiles,
+                        // dc_kpos / dc_bpre only)
+    Place position;     // uint32[n] by entry: its sorted position
+    Place value;        // float[n] by entry: its k_val / q_val (0 for padding tokens)
+    Place gate;         // Fix[C * gate_width] the chunk's gates in fixed point
+    Place gate_exp;     // double[C] exp of each token's gate (per-token gates only)
+    Place walk_mask;    // uint32[C][mask_words(W) + mask_words(R)] per token: its write lanes,
+                        // then its read lanes, that have an earlier entry in their group
+    // The stage temporaries (the sort's, the pair sums'), always in shared memory at
+    // [stage, stage + stage_room). writes, before, end and firsts are written by the scans
+    // and dead in the sort and the pair sums, so where they are in shared memory the stage
+    // shares their bytes.
+    size_t stage;
+    size_t stage_room;
+    size_t smem_bytes;     // dynamic shared memory a block needs
+    size_t global_bytes;   // global scratch a block needs (0: none)
+};
+
+// The layout of a chunk's arrays with `smem_limit` bytes of shared memory a block, of which
+// the stage temporaries need `stage_bytes`. The scans' arrays, which hold the stage, go first;
+// then the others, first fit in the order of how often they are read.
+inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, size_t stage_bytes,
+                                size_t smem_limit) {
     const int n = C * (W + R);
     const size_t words = align16(4 * static_cast<size_t>(n));
     ArrayLayout l{};
     l.stride = interleave_stride(n);
     const size_t elements = 8 * static_cast<size_t>(l.stride);
     const size_t interleaved_words = align16(4 * elements);
-    size_t at = 0;
-    l.log = at;
-    at += align16(16 * elements);   // as many bytes as two key buffers
-    l.payload = at;
-    at += interleaved_words;
-    l.stage = at;
-    l.writes = at;
-    at += interleaved_words;
-    l.before = at;
-    at += interleaved_words;
-    l.end = at;
-    at += interleaved_words;
-    l.firsts = at;
-    at += group_counts ? interleaved_words : 0;
-    if (at - l.stage < stage_bytes) at = l.stage + align16(stage_bytes);
-    l.stage_room = at - l.stage;
-    l.position = at;
-    at += words;
-    l.value = at;
-    at += words;
-    l.gate = at;
-    at += align16(16 * static_cast<size_t>(C) * gate_width);
-    l.gate_exp = at;
-    at += gate_width == 1 ? align16(8 * static_cast<size_t>(C)) : 0;
-    l.walk_mask = at;
-    at += align16(4 * static_cast<size_t>(C) * (mask_words(W) + mask_words(R)));
-    l.bytes = at;
+    size_t smem = 0, global = 0;
+    const auto place = [&](Place& p, size_t bytes, bool in_smem) {
+        size_t& at = in_smem ? smem : global;
+        p = Place{at, bytes, in_smem};
+        at += bytes;
+    };
+    stage_bytes = align16(stage_bytes);
+    const size_t scan_arrays = (group_counts ? 4 : 3) * interleaved_words;
+    const bool scans_in_smem = (scan_arrays > stage_bytes ? scan_arrays : stage_bytes) <= smem_limit;
+    place(l.writes, interleaved_words, scans_in_smem);
+    place(l.before, interleaved_words, scans_in_smem);
+    place(l.end, interleaved_words, scans_in_smem);
+    place(l.firsts, group_counts ? interleaved_words : 0, scans_in_smem);
+    l.stage = 0;
+    if (smem < stage_bytes) smem = stage_bytes;
+    l.stage_room = smem;
+    Place* const rest[] = {&l.payload, &l.log, &l.position, &l.value, &l.gate, &l.gate_exp, &l.walk_mask};
+    const size_t rest_bytes[] = {
+        interleaved_words,
+        align16(16 * elements),   // as many bytes as two key buffers
+        words,
+        words,
+        align16(16 * static_cast<size_t>(C) * gate_width),
+        gate_width == 1 ? align16(8 * static_cast<size_t>(C)) : 0,
+        align16(4 * static_cast<size_t>(C) * (mask_words(W) + mask_words(R))),
+    };
+    for (int i = 0; i < 7; ++i) place(*rest[i], rest_bytes[i], smem + rest_bytes[i] <= smem_limit);
+    l.smem_bytes = smem;
+    l.global_bytes = global;
     return l;
 }
 
@@ -145,23 +161,30 @@ struct ChunkArrays {
     uint32_t* walk_mask;
 };
 
-SDM_HD ChunkArrays bind_arrays(char* base, const ArrayLayout& l, bool group_counts) {
+// The address of an array placed at p (null for an array of 0 bytes).
+template <typename T>
+__device__ T* array_at(const Place& p, char* smem, char* global) {
+    return p.bytes == 0 ? nullptr : reinterpret_cast<T*>((p.in_smem ? smem : global) + p.offset);
+}
+
+// smem: the block's dynamic shared memory; global: its slice of global scratch.
+__device__ ChunkArrays bind_arrays(char* smem, char* global, const ArrayLayout& l) {
     ChunkArrays a;
     const uint32_t st = l.stride;
-    uint64_t* const key_area = reinterpret_cast<uint64_t*>(base + l.log);
+    uint64_t* const key_area = array_at<uint64_t>(l.log, smem, global);
     a.keys = InterleavedKeys{key_area, st};
     a.keys_alt = InterleavedKeys{key_area + 8 * static_cast<size_t>(st), st};
-    a.log = InterleavedLogs{reinterpret_cast<Fix*>(base + l.log), st};
-    a.payload = InterleavedWords{reinterpret_cast<uint32_t*>(base + l.payload), st};
-    a.writes = InterleavedWords{reinterpret_cast<uint32_t*>(base + l.writes), st};
-    a.before = InterleavedWords{reinterpret_cast<uint32_t*>(base + l.before), st};
-    a.end = InterleavedWords{reinterpret_cast<uint32_t*>(base + l.end), st};
-    a.firsts = InterleavedWords{group_counts ? reinterpret_cast<uint32_t*>(base + l.firsts) : nullptr, st};
-    a.position = reinterpret_cast<uint32_t*>(base + l.position);
-    a.value = reinterpret_cast<float*>(base + l.value);
-    a.gate = reinterpret_cast<Fix*>(base + l.gate);
-    a.gate_exp = l.walk_mask > l.gate_exp ? reinterpret_cast<double*>(base + l.gate_exp) : nullptr;
-    a.walk_mask = reinterpret_cast<uint32_t*>(base + l.walk_mask);
+    a.log = InterleavedLogs{array_at<Fix>(l.log, smem, global), st};
+    a.payload = InterleavedWords{array_at<uint32_t>(l.payload, smem, global), st};
+    a.writes = InterleavedWords{array_at<uint32_t>(l.writes, smem, global), st};
+    a.before = InterleavedWords{array_at<uint32_t>(l.before, smem, global), st};
+    a.end = InterleavedWords{array_at<uint32_t>(l.end, smem, global), st};
+    a.firsts = InterleavedWords{array_at<uint32_t>(l.firsts, smem, global), st};
+    a.position = array_at<uint32_t>(l.position, smem, global);
+    a.value = array_at<float>(l.value, smem, global);
+    a.gate = array_at<Fix>(l.gate, smem, global);
+    a.gate_exp = array_at<double>(l.gate_exp, smem, global);
+    a.walk_mask = array_at<uint32_t>(l.walk_mask, smem, global);
     return a;
 }
 
@@ -175,7 +198,7 @@ struct KernelArgs {
     const float* g;
     const float* beta;
     OutputBuffers out;
-    char* scratch;              // global scratch (arrays not in shared memory), else null
+    char* scratch;              // global scratch (for the arrays not in shared memory), else null
     size_t scratch_per_block;
     ArrayLayout layout;
     int entry_bits;             // bits of an entry index in a sort key

@@ -43,8 +43,9 @@ struct LaunchConfig {
     int grid;                 // blocks; each loops over chunks blockIdx.x, + gridDim.x, ...
     int threads;              // per block
     size_t smem_bytes;        // dynamic shared memory per block
-    bool arrays_in_smem;      // the chunk's arrays in shared memory, else in global scratch
-    size_t scratch_per_block; // bytes of global scratch per block (0 when in shared memory)
+    size_t smem_limit;        // the most dynamic shared memory a block may have (the arrays
+                              // that do not fit in it go to global scratch)
+    size_t scratch_per_block; // bytes of global scratch per block (0: every array in shared memory)
 };
 
 // Chooses the launch configuration of `shape` for `device`, within `output_bytes` (the

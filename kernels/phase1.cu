@@ -20,15 +20,15 @@ namespace cuda {
 namespace {
 
 // The stage temporaries that need room of their own: the sort's and the pair sums'. (The
-// scans' are small and static.) With the arrays in shared memory they share bytes with the
-// arrays that are dead meanwhile (ArrayLayout::stage); else they open the shared memory.
+// scans' are small and static.) They share bytes with the arrays that are dead meanwhile
+// where those are in shared memory (ArrayLayout::stage).
 __host__ __device__ size_t stage_bytes(int C) {
     const size_t sort = sizeof(typename BlockSort::TempStorage), pairs = pair_temp_bytes(C);
     return align16(sort > pairs ? sort : pairs);
 }
 
-ArrayLayout chunk_layout(const KernelShape& s, bool arrays_in_smem) {
-    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, arrays_in_smem ? stage_bytes(s.C) : 0);
+ArrayLayout chunk_layout(const KernelShape& s, size_t smem_limit) {
+    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, stage_bytes(s.C), smem_limit);
 }
 
 union ScanTemp {
@@ -51,12 +51,12 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
     __shared__ ChunkShared sh;
     __shared__ ScanTemp scan_temp;
     const KernelShape& s = a.s;
-    char* arrays_base = a.scratch != nullptr
-                            ? a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block
-                            : smem;
-    char* stage = a.scratch != nullptr ? smem : smem + a.layout.stage;
-    const size_t stage_room = a.scratch != nullptr ? stage_bytes(s.C) : a.layout.stage_room;
-    const ChunkArrays arr = bind_arrays(arrays_base, a.layout, s.group_counts);
+    char* const global = a.scratch != nullptr
+                             ? a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block
+                             : nullptr;
+    char* const stage = smem + a.layout.stage;
+    const size_t stage_room = a.layout.stage_room;
+    const ChunkArrays arr = bind_arrays(smem, global, a.layout);
     auto& sort_temp = *reinterpret_cast<typename BlockSort::TempStorage*>(stage);
     const int n = s.C * (s.W + s.R);
     for (int64_t c = blockIdx.x; c < s.N; c += gridDim.x) {
@@ -102,18 +102,18 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     if (e != cudaSuccess) return e;
     LaunchConfig c{};
     c.threads = kThreads;
-    c.arrays_in_smem = chunk_layout(s, true).bytes <= limit;
-    const ArrayLayout layout = chunk_layout(s, c.arrays_in_smem);
-    c.smem_bytes = c.arrays_in_smem ? layout.bytes : stage_bytes(s.C);
+    c.smem_limit = limit;
+    const ArrayLayout layout = chunk_layout(s, limit);
+    c.smem_bytes = layout.smem_bytes;
     int per_sm = 0;
     e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, phase1_kernel, kThreads, c.smem_bytes);
     if (e != cudaSuccess) return e;
     const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
     int64_t grid = std::min<int64_t>(s.N, resident);
-    if (!c.arrays_in_smem) {
+    if (layout.global_bytes != 0) {
         // Each resident block gets its slice of global scratch, which stays no larger than
         // the outputs.
-        c.scratch_per_block = (layout.bytes + 255) / 256 * 256;
+        c.scratch_per_block = (layout.global_bytes + 255) / 256 * 256;
         grid = std::min<int64_t>(grid, std::max<int64_t>(1, output_bytes / c.scratch_per_block));
     }
     c.grid = static_cast<int>(grid);
@@ -139,9 +139,9 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     a.g = g;
     a.beta = beta;
     a.out = out;
-    a.scratch = config.arrays_in_smem ? nullptr : static_cast<char*>(scratch);
+    a.scratch = config.scratch_per_block != 0 ? static_cast<char*>(scratch) : nullptr;
     a.scratch_per_block = config.scratch_per_block;
-    a.layout = chunk_layout(s, config.arrays_in_smem);
+    a.layout = chunk_layout(s, config.smem_limit);
     a.entry_bits = std::max(1, bit_width(static_cast<uint64_t>(n - 1)));
     // Slots run to num_keys (padding), so the keys need bit_width(num_keys) more bits.
     a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys));

@@ -243,6 +243,11 @@ inline CaseList largest_cases(const ListOptions& o) {
 
 // The benchmark shapes S1..S6 of DESIGN.md at reduced N (S6 in full), data as the benchmark
 // makes it: distinct ids per token, logsigmoid gates; default det_fields and every field.
+// Between them they cover the kernel's array placements (ArrayLayout): every array in shared
+// memory (S1, S4, S5); the log-cumsum (with every field, the gates too) in global scratch
+// (S2, S3); the scans' arrays in shared memory and the rest in global scratch (S6 default);
+// the stage temporaries alone in shared memory (S6 with every field). largest_cases keeps
+// only the small per-token arrays in shared memory.
 inline CaseList bench_shape_cases(const ListOptions& o) {
     struct Shape { const char* name; int64_t N, C, W, R, keys, P; bool bf16, idx64, per_write; };
     const Shape shapes[] = {
