@@ -58,6 +58,9 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
     const size_t stage_room = a.layout.stage_room;
     const ChunkArrays arr = bind_arrays(smem, global, a.layout);
     auto& sort_temp = *reinterpret_cast<typename BlockSort::TempStorage*>(stage);
+    // Room on chip for the merge rounds' searches, where the key buffers are in global scratch.
+    const bool stage_keys = !a.layout.log.in_smem && stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
+    const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};
     const int n = s.C * (s.W + s.R);
     for (int64_t c = blockIdx.x; c < s.N; c += gridDim.x) {
         const Chunk k{c, c >= s.N - s.P ? s.valid_last : s.C, n, (c % s.P) * s.stream_offset};
@@ -71,7 +74,7 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
         prefetch_chunk(a, c + gridDim.x);
         __syncthreads();
         report_chunk_error(a, k, sh);
-        const InterleavedKeys sorted = sort_entries(a, k, arr.keys, arr.keys_alt, sort_temp);
+        const InterleavedKeys sorted = sort_entries(a, k, arr.keys, arr.keys_alt, staged, sort_temp);
         decode(a, k, sorted, arr);
         __syncthreads();
         scan_forward(a, k, arr, sh, scan_temp.forward);

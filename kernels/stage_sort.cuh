@@ -29,10 +29,23 @@ __device__ __forceinline__ int count_below(InterleavedKeys keys, int base, int l
     return lo;
 }
 
+// Copies the n keys of src to dst (same stride), a row of the interleaved layout at a time.
+__device__ __forceinline__ void copy_keys(InterleavedKeys dst, InterleavedKeys src, int n) {
+    for (int row = 0; row < kItems; ++row) {
+        for (int col = threadIdx.x; col * kItems + row < n; col += blockDim.x) {
+            const size_t i = static_cast<size_t>(row) * src.stride + col;
+            dst.base[i] = src.base[i];
+        }
+    }
+}
+
 // Sorts the n keys of `keys` (`alt` is the merge rounds' second buffer); returns the
-// buffer that holds them sorted.
+// buffer that holds them sorted. `staged`, where not null, is room in shared memory for the
+// keys (the sort's temporaries are dead in the merge rounds): with the key buffers in global
+// scratch, each round copies its input there and does its binary searches on chip.
 __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, const Chunk& k,
                                                        InterleavedKeys keys, InterleavedKeys alt,
+                                                       InterleavedKeys staged,
                                                        typename BlockSort::TempStorage& temp) {
     const int n = k.n;
     for (int base = 0; base < n; base += kTile) {
@@ -53,6 +66,12 @@ __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, con
     }
     InterleavedKeys src = keys, dst = alt;
     for (int run = kTile; run < n; run *= 2) {
+        InterleavedKeys search = src;
+        if (staged) {
+            copy_keys(staged, src, n);
+            __syncthreads();
+            search = staged;
+        }
         // Blocked order, as the tiles: at each step a warp's reads of src are contiguous.
         for (int base = 0; base < n; base += kTile) {
             for (int i = 0; i < kItems; ++i) {
@@ -61,10 +80,10 @@ __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, con
                 const int start = x / (2 * run) * (2 * run);
                 const int len_a = min(run, n - start);
                 const int len_b = max(0, min(run, n - start - len_a));
-                const uint64_t key = src[x];
+                const uint64_t key = search[x];
                 const int own = x - start;
-                const int out = own < len_a ? own + count_below(src, start + len_a, len_b, key)
-                                            : (own - len_a) + count_below(src, start, len_a, key);
+                const int out = own < len_a ? own + count_below(search, start + len_a, len_b, key)
+                                            : (own - len_a) + count_below(search, start, len_a, key);
                 dst[start + out] = key;
             }
         }
