@@ -23,7 +23,7 @@ namespace {
 // scans' are small and static.) They share bytes with the arrays that are dead meanwhile
 // where those are in shared memory (ArrayLayout::stage).
 __host__ __device__ size_t stage_bytes(int C) {
-    const size_t sort = sizeof(typename BlockSort::TempStorage), pairs = pair_temp_bytes(C);
+    const size_t sort = sizeof(SortTemp), pairs = pair_temp_bytes(C);
     return align16(sort > pairs ? sort : pairs);
 }
 
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
     char* const stage = smem + a.layout.stage;
     const size_t stage_room = a.layout.stage_room;
     const ChunkArrays arr = bind_arrays(smem, global, a.layout);
-    auto& sort_temp = *reinterpret_cast<typename BlockSort::TempStorage*>(stage);
+    auto& sort_temp = *reinterpret_cast<SortTemp*>(stage);
     // Room on chip for the merge rounds' searches, where the key buffers are in global scratch.
     const bool stage_keys = !a.layout.log.in_smem && stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
     const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};

@@ -141,7 +141,8 @@ SDM_HD float bf16_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t
 // ---------------------------------------------------------------------------------------
 // Q31.96 fixed point: value = (hi:lo as a signed 128-bit integer) * 2^-96.
 
-struct Fix {
+// 16-byte aligned, so the kernels move one in a single 128-bit access.
+struct alignas(16) Fix {
     uint64_t lo;
     uint64_t hi;   // two's complement high word
 };
