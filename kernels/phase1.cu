@@ -22,13 +22,13 @@ namespace {
 // The stage temporaries that need room of their own: the sort's and the pair sums'. (The
 // scans' are small and static.) They share bytes with the arrays that are dead meanwhile
 // where those are in shared memory (ArrayLayout::stage).
-__host__ __device__ size_t stage_bytes(int C) {
-    const size_t sort = sizeof(SortTemp), pairs = pair_temp_bytes(C);
+__host__ __device__ size_t stage_bytes() {
+    const size_t sort = sizeof(SortTemp), pairs = pair_temp_bytes();
     return align16(sort > pairs ? sort : pairs);
 }
 
 ArrayLayout chunk_layout(const KernelShape& s, size_t smem_limit) {
-    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, stage_bytes(s.C), smem_limit);
+    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, stage_bytes(), smem_limit);
 }
 
 union ScanTemp {

@@ -79,28 +79,37 @@ struct PairTemp {
     uint32_t capacity;
 };
 
-// Bytes of the term list: its capacity is what the arrays that are dead meanwhile leave
-// (see ArrayLayout::stage), at least kMinTerms.
+// The term list holds at least kMinTerms terms.
 constexpr uint32_t kMinTerms = 1024;
 
-SDM_HD size_t pair_fixed_bytes(int C) {
-    const int per_wave = pair_units_per_wave(C);
-    return align16(8 * static_cast<size_t>(C) * per_wave) + align16(4 * static_cast<size_t>(per_wave + 1)) +
-           align16(4 * static_cast<size_t>(kThreads + 1));
+// Bytes of first and offset (sized for the largest wave).
+SDM_HD size_t pair_index_bytes() { return 2 * align16(4 * static_cast<size_t>(kThreads + 1)); }
+
+// The least room the pair stage needs: kPairBudget of rows, the index, kMinTerms of list.
+SDM_HD size_t pair_temp_bytes() { return kPairBudget + pair_index_bytes() + kMinTerms * (sizeof(PairTerm) + 1); }
+
+// Units a wave in `room` bytes (the stage room: the arrays that are dead meanwhile, see
+// ArrayLayout::stage). The rows may take what the index and a list of kMinTerms leave (at
+// least kPairBudget); the waves are as few as that allows (fewer, fuller batches), and as
+// even as can be, which leaves the rest of the room to the list.
+SDM_HD int pair_wave_units(int C, size_t room) {
+    const size_t least = pair_index_bytes() + kMinTerms * (sizeof(PairTerm) + 1);
+    const size_t rows = room > least + kPairBudget ? (room - least) / 16 * 16 : kPairBudget;
+    const int most = pair_units_per_wave(C, rows);
+    const int waves = (2 * C + most - 1) / most;
+    return (2 * C + waves - 1) / waves;
 }
 
-SDM_HD size_t pair_temp_bytes(int C) { return pair_fixed_bytes(C) + kMinTerms * (sizeof(PairTerm) + 1); }
-
 __device__ __forceinline__ PairTemp bind_pair_temp(char* base, size_t room, int C) {
-    const int per_wave = pair_units_per_wave(C);
+    const int per_wave = pair_wave_units(C, room);
+    char* const start = base;
     PairTemp p;
     p.rows = reinterpret_cast<double*>(base);
     base += align16(8 * static_cast<size_t>(C) * per_wave);
     p.first = reinterpret_cast<uint32_t*>(base);
-    base += align16(4 * static_cast<size_t>(per_wave + 1));
-    p.offset = reinterpret_cast<uint32_t*>(base);
-    base += align16(4 * static_cast<size_t>(kThreads + 1));
-    p.capacity = static_cast<uint32_t>((room - pair_fixed_bytes(C)) / (sizeof(PairTerm) + 1));
+    p.offset = reinterpret_cast<uint32_t*>(base + pair_index_bytes() / 2);
+    base += pair_index_bytes();
+    p.capacity = static_cast<uint32_t>((room - static_cast<size_t>(base - start)) / (sizeof(PairTerm) + 1));
     p.term = reinterpret_cast<PairTerm*>(base);
     p.cell = reinterpret_cast<uint8_t*>(p.term + p.capacity);
     return p;
@@ -229,7 +238,7 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
                                           char* temp_base, size_t temp_room, BlockScanTemp<uint32_t>& scan) {
     const int C = a.s.C;
     const int units = 2 * C;   // unit u: row u / 2 of a (u even) or of qk (u odd)
-    const int per_wave = pair_units_per_wave(C);
+    const int per_wave = pair_wave_units(C, temp_room);
     const PairTemp pt = bind_pair_temp(temp_base, temp_room, C);
     __shared__ uint32_t batch_end;
     __shared__ bool long_batch;
