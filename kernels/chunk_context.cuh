@@ -17,7 +17,6 @@ constexpr int kItems = 8;                 // keys per thread in a tile of the so
 constexpr int kTile = kThreads * kItems;  // keys per tile of the sort
 constexpr int kScanItems = 8;             // positions per thread in a tile of the scans
 constexpr int kScanTile = kThreads * kScanItems;
-constexpr size_t kPairBudget = 32 * 1024; // least bytes of double row sums a pair-sum wave has
 constexpr uint32_t kNoError = 0xFFFFFFFFu;
 
 SDM_HD size_t align16(size_t b) { return (b + 15) / 16 * 16; }
@@ -135,15 +134,6 @@ inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_
     l.smem_bytes = smem;
     l.global_bytes = global;
     return l;
-}
-
-// Pair-sum units (a row of a or of qk) summed at once: as many as `row_bytes` of double rows
-// hold, at most 2C and kThreads.
-SDM_HD int pair_units_per_wave(int C, size_t row_bytes) {
-    int u = static_cast<int>(row_bytes / (8 * static_cast<size_t>(C)));
-    if (u > 2 * C) u = 2 * C;
-    if (u > kThreads) u = kThreads;
-    return u < 1 ? 1 : u;
 }
 
 struct ChunkArrays {

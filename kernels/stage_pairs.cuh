@@ -79,8 +79,9 @@ struct PairTemp {
     uint32_t capacity;
 };
 
-// The term list holds at least kMinTerms terms.
+// The term list holds at least kMinTerms terms, the rows of a wave at least kPairBudget bytes.
 constexpr uint32_t kMinTerms = 1024;
+constexpr size_t kPairBudget = 32 * 1024;
 
 // Bytes of first and offset (sized for the largest wave).
 SDM_HD size_t pair_index_bytes() { return 2 * align16(4 * static_cast<size_t>(kThreads + 1)); }
@@ -95,7 +96,9 @@ SDM_HD size_t pair_temp_bytes() { return kPairBudget + pair_index_bytes() + kMin
 SDM_HD int pair_wave_units(int C, size_t room) {
     const size_t least = pair_index_bytes() + kMinTerms * (sizeof(PairTerm) + 1);
     const size_t rows = room > least + kPairBudget ? (room - least) / 16 * 16 : kPairBudget;
-    const int most = pair_units_per_wave(C, rows);
+    int most = static_cast<int>(rows / (8 * static_cast<size_t>(C)));   // units whose rows fit
+    most = min(most, min(2 * C, kThreads));
+    if (most < 1) most = 1;
     const int waves = (2 * C + most - 1) / most;
     return (2 * C + waves - 1) / waves;
 }
