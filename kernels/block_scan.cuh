@@ -18,29 +18,28 @@ struct BlockScanTemp {
     T carry;                        // the scan of all earlier tiles
 };
 
-template <typename T>
-__device__ __forceinline__ T shfl_up(const T& v, int delta) {
+// A warp shuffle of an item of whole 32-bit words: `shuffle` moves each word.
+template <typename T, typename Shuffle>
+__device__ __forceinline__ T shuffle_words(const T& v, Shuffle shuffle) {
     constexpr int kWords = sizeof(T) / 4;
     static_assert(sizeof(T) % 4 == 0, "scan items are whole words");
     uint32_t w[kWords];
     memcpy(w, &v, sizeof(T));
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = __shfl_up_sync(0xFFFFFFFFu, w[i], delta);
+    for (int i = 0; i < kWords; ++i) w[i] = shuffle(w[i]);
     T r;
     memcpy(&r, w, sizeof(T));
     return r;
 }
 
 template <typename T>
+__device__ __forceinline__ T shfl_up(const T& v, int delta) {
+    return shuffle_words(v, [delta](uint32_t x) { return __shfl_up_sync(0xFFFFFFFFu, x, delta); });
+}
+
+template <typename T>
 __device__ __forceinline__ T shfl_from(const T& v, int lane) {
-    constexpr int kWords = sizeof(T) / 4;
-    uint32_t w[kWords];
-    memcpy(w, &v, sizeof(T));
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = __shfl_sync(0xFFFFFFFFu, w[i], lane);
-    T r;
-    memcpy(&r, w, sizeof(T));
-    return r;
+    return shuffle_words(v, [lane](uint32_t x) { return __shfl_sync(0xFFFFFFFFu, x, lane); });
 }
 
 // Inclusive scan within the warp (lane 0 first).
