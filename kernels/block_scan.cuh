@@ -14,7 +14,7 @@ namespace cuda {
 
 template <typename T>
 struct BlockScanTemp {
-    T warp_prefix[kThreads / 32];   // per warp: the scan of everything before it
+    T warp_prefix[kMaxThreads / 32];   // per warp: the scan of everything before it
     T carry;                        // the scan of all earlier tiles
 };
 

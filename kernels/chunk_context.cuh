@@ -12,11 +12,11 @@
 namespace sdm_p1 {
 namespace cuda {
 
-constexpr int kThreads = 512;             // threads per block
-constexpr int kItems = 8;                 // keys per thread in a tile of the sort
-constexpr int kTile = kThreads * kItems;  // keys per tile of the sort
+// Threads per block: kMaxThreads, or half as many for chunks small enough that two blocks
+// share an SM (phase1.cu: configure). Static temporaries are sized for kMaxThreads.
+constexpr int kMaxThreads = 512;
+constexpr int kSortTile = 4096;           // keys per tile of the sort, whatever the block size
 constexpr int kScanItems = 8;             // positions per thread in a tile of the scans
-constexpr int kScanTile = kThreads * kScanItems;
 constexpr uint32_t kNoError = 0xFFFFFFFFu;
 
 SDM_HD size_t align16(size_t b) { return (b + 15) / 16 * 16; }
@@ -30,9 +30,10 @@ SDM_HD int walk_mask_base(int W, int R, int t, bool is_q) {
 }
 
 // An array of the chunk indexed by sorted position, stored as 8 rows of `stride` elements:
-// position r at (r % 8) * stride + r / 8. The sort and the scans give each thread 8
-// consecutive positions (blocked order), so at each step a warp touches 32 consecutive
-// elements: coalesced in global scratch, free of bank conflicts in shared memory. A stride of
+// position r at (r % 8) * stride + r / 8. The scans and the full-size kernel's sort give each
+// thread 8 consecutive positions (blocked order), so at each step a warp touches 32
+// consecutive elements: coalesced in global scratch, free of bank conflicts in shared memory
+// (the half-size kernel's sort gives 16: 64 elements a step, two words a bank). A stride of
 // 4 (mod 32) keeps the striped order (a warp on 32 consecutive positions) free of conflicts
 // as well.
 template <typename T>
@@ -43,8 +44,8 @@ struct Interleaved {
     SDM_HD explicit operator bool() const { return base != nullptr; }
 };
 
-// The rows of the blocked order are kItems = kScanItems = 8 positions long.
-static_assert(kItems == 8 && kScanItems == 8, "Interleaved assumes 8 positions per thread");
+// The rows of the scans' blocked order are kScanItems = 8 positions long.
+static_assert(kScanItems == 8, "Interleaved assumes 8 positions per thread");
 
 // The stride of an interleaved array of n elements (it holds 8 * stride).
 SDM_HD uint32_t interleave_stride(int n) {
@@ -54,7 +55,46 @@ SDM_HD uint32_t interleave_stride(int n) {
 
 using InterleavedWords = Interleaved<uint32_t>;
 using InterleavedKeys = Interleaved<uint64_t>;
-using InterleavedLogs = Interleaved<Fix>;
+
+// Marks a chunk whose log-cumsums do not fit the compact form (LogArray::shift).
+constexpr int kWideLog = -1;
+
+// Bits of a positive int (bit_width(64) = 7).
+SDM_HD int bit_width(uint64_t v) {
+    int b = 0;
+    for (; v != 0u; v >>= 1) ++b;
+    return b;
+}
+
+// The shift of a chunk's compact log-cumsums, from the lowest set bit of its gates (the least
+// over its non-zero gates) and their magnitude bits (the most): every sum is then a multiple
+// of 2^lowest, and a group sums at most one gate per token, so |sum| < C * 2^bits. kWideLog
+// when sum >> lowest might not fit 64 signed bits; 0 when every gate is 0.
+SDM_HD int log_shift(int lowest, int bits, int C) {
+    if (bits == 0) return 0;
+    return bits - lowest + bit_width(static_cast<uint64_t>(C)) <= 63 ? lowest : kWideLog;
+}
+
+// The chunk's inclusive log-cumsums by sorted position, exact. Where the chunk allows
+// (log_shift), each is kept in 8 bytes, as fix_shift_down(sum, shift); else its low word is
+// in `low` and its high word in `high`. Chunks with typical gates use `low` alone, which is
+// why `high` may be placed in global scratch at little cost.
+struct LogArray {
+    Interleaved<uint64_t> low;
+    Interleaved<uint64_t> high;
+    int shift;   // the compact form's shift, or kWideLog
+    __device__ Fix get(uint32_t r) const {
+        return shift >= 0 ? fix_shift_up(low[r], shift) : Fix{low[r], high[r]};
+    }
+    __device__ void set(uint32_t r, Fix x) const {
+        if (shift >= 0) {
+            low[r] = fix_shift_down(x, shift);
+        } else {
+            low[r] = x.lo;
+            high[r] = x.hi;
+        }
+    }
+};
 
 // Where one of the chunk's arrays lives: `bytes` at `offset` in the block's shared memory or
 // in its slice of global scratch. bytes 0: the plan does not need the array.
@@ -66,18 +106,20 @@ struct Place {
 
 // The chunk's arrays (n = C * (W + R) entries). All but position and value are indexed by
 // sorted position; ids are read from global memory where needed. Each array is in shared
-// memory where it fits, else in global scratch (array_layout says which).
+// memory where it fits, else in global scratch (array_layout says which). Counts and
+// positions are `Count`s: 16-bit words where n < 2^16, else 32-bit.
 struct ArrayLayout {
-    uint32_t stride;    // of the interleaved arrays (log to firsts)
-    Place log;          // Fix[n] inclusive log-cumsum of the group; before the scans: the sort
-                        // keys, uint64[n] twice (two buffers). Interleaved, as the next five.
+    uint32_t stride;    // of the interleaved arrays (log_low to firsts)
+    Place log_low;      // uint64[n] LogArray::low; before the scans: the first buffer of
+                        // the sort keys (uint64). Interleaved, as the next six.
+    Place log_high;     // uint64[n] LogArray::high; before the scans: the second key buffer
     Place payload;      // uint32[n] payload words, group heads set
-    Place writes;       // uint32[n] write entries (valid or padding) before the position
-    Place before;       // uint32[n] peers (valid entries of its kind) before it in its group
-    Place end;          // uint32[n] last position of its group
-    Place firsts;       // uint32[n] valid first writes of groups at or after it (tiles,
+    Place writes;       // Count[n] write entries (valid or padding) before the position
+    Place before;       // Count[n] peers (valid entries of its kind) before it in its group
+    Place end;          // Count[n] last position of its group
+    Place firsts;       // Count[n] valid first writes of groups at or after it (tiles,
                         // dc_kpos / dc_bpre only)
-    Place position;     // uint32[n] by entry: its sorted position
+    Place position;     // Count[n] by entry: its sorted position
     Place value;        // float[n] by entry: its k_val / q_val (0 for padding tokens)
     Place gate;         // Fix[C * gate_width] the chunk's gates in fixed point
     Place gate_exp;     // double[C] exp of each token's gate (per-token gates only)
@@ -86,7 +128,7 @@ struct ArrayLayout {
     // The stage temporaries (the sort's, the pair sums'), always in shared memory at
     // [stage, stage + stage_room). writes, before, end and firsts are written by the scans
     // and dead in the sort and the pair sums, so where they are in shared memory the stage
-    // shares their bytes.
+    // shares their bytes. The stage also takes whatever room the other arrays leave.
     size_t stage;
     size_t stage_room;
     size_t smem_bytes;     // dynamic shared memory a block needs
@@ -94,16 +136,17 @@ struct ArrayLayout {
 };
 
 // The layout of a chunk's arrays with `smem_limit` bytes of shared memory a block, of which
-// the stage temporaries need `stage_bytes`. The scans' arrays, which hold the stage, go first;
-// then the others, first fit in the order of how often they are read.
-inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, size_t stage_bytes,
-                                size_t smem_limit) {
+// the stage temporaries need at least `stage_bytes`, with counts of `count_bytes` (2 or 4).
+// The scans' arrays, which hold the stage, go first; then the others, first fit in the order
+// of how often they are read; the stage then grows into the room left.
+inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, int count_bytes,
+                                size_t stage_bytes, size_t smem_limit) {
     const int n = C * (W + R);
-    const size_t words = align16(4 * static_cast<size_t>(n));
+    const size_t counts = align16(static_cast<size_t>(count_bytes) * n);
     ArrayLayout l{};
     l.stride = interleave_stride(n);
     const size_t elements = 8 * static_cast<size_t>(l.stride);
-    const size_t interleaved_words = align16(4 * elements);
+    const size_t interleaved_counts = align16(count_bytes * elements);
     size_t smem = 0, global = 0;
     const auto place = [&](Place& p, size_t bytes, bool in_smem) {
         size_t& at = in_smem ? smem : global;
@@ -111,41 +154,63 @@ inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_
         at += bytes;
     };
     stage_bytes = align16(stage_bytes);
-    const size_t scan_arrays = (group_counts ? 4 : 3) * interleaved_words;
+    const size_t scan_arrays = (group_counts ? 4 : 3) * interleaved_counts;
     const bool scans_in_smem = (scan_arrays > stage_bytes ? scan_arrays : stage_bytes) <= smem_limit;
-    place(l.writes, interleaved_words, scans_in_smem);
-    place(l.before, interleaved_words, scans_in_smem);
-    place(l.end, interleaved_words, scans_in_smem);
-    place(l.firsts, group_counts ? interleaved_words : 0, scans_in_smem);
+    place(l.writes, interleaved_counts, scans_in_smem);
+    place(l.before, interleaved_counts, scans_in_smem);
+    place(l.end, interleaved_counts, scans_in_smem);
+    place(l.firsts, group_counts ? interleaved_counts : 0, scans_in_smem);
     l.stage = 0;
     if (smem < stage_bytes) smem = stage_bytes;
     l.stage_room = smem;
-    Place* const rest[] = {&l.payload, &l.log, &l.position, &l.value, &l.gate, &l.gate_exp, &l.walk_mask};
+    Place* const rest[] = {&l.payload, &l.log_low,   &l.position,  &l.value,
+                           &l.gate,    &l.gate_exp, &l.walk_mask, &l.log_high};
     const size_t rest_bytes[] = {
-        interleaved_words,
-        align16(16 * elements),   // as many bytes as two key buffers
-        words,
-        words,
+        align16(4 * elements),
+        align16(8 * elements),
+        counts,
+        align16(4 * static_cast<size_t>(n)),
         align16(16 * static_cast<size_t>(C) * gate_width),
         gate_width == 1 ? align16(8 * static_cast<size_t>(C)) : 0,
         align16(4 * static_cast<size_t>(C) * (mask_words(W) + mask_words(R))),
+        align16(8 * elements),
     };
-    for (int i = 0; i < 7; ++i) place(*rest[i], rest_bytes[i], smem + rest_bytes[i] <= smem_limit);
-    l.smem_bytes = smem;
+    for (int i = 0; i < 8; ++i) place(*rest[i], rest_bytes[i], smem + rest_bytes[i] <= smem_limit);
+    // The room left goes to the stage (fewer pair-sum waves, a longer term list).
+    const size_t spare = smem <= smem_limit ? (smem_limit - smem) / 16 * 16 : 0;
+    for (Place* p : rest) {
+        if (p->in_smem) p->offset += spare;
+    }
+    l.stage_room += spare;
+    l.smem_bytes = smem + spare;
     l.global_bytes = global;
     return l;
 }
 
+// The arrays a block needs on chip to run two to an SM: all but the gates (read once an
+// entry, in the forward scan) and log_high (read only by merge rounds, which chunks of up to
+// kSortTile entries do not have, and by chunks whose gates span over 63 bits).
+inline bool core_arrays_in_smem(const ArrayLayout& l) {
+    const Place* const core[] = {&l.writes, &l.before, &l.end, &l.firsts, &l.payload,
+                                 &l.log_low, &l.position, &l.value, &l.walk_mask};
+    for (const Place* p : core) {
+        if (p->bytes != 0 && !p->in_smem) return false;
+    }
+    return true;
+}
+
+template <typename CountT>
 struct ChunkArrays {
-    InterleavedKeys keys;       // aliases log: the first key buffer (stage "load" fills it)
-    InterleavedKeys keys_alt;   // aliases log: the second key buffer
-    InterleavedLogs log;
+    using Count = CountT;
+    InterleavedKeys keys;       // aliases log.low: the first key buffer (stage "load" fills it)
+    InterleavedKeys keys_alt;   // aliases log.high: the second key buffer
+    LogArray log;               // log.shift is set per chunk (after stage "load")
     InterleavedWords payload;
-    InterleavedWords writes;
-    InterleavedWords before;
-    InterleavedWords end;
-    InterleavedWords firsts;   // null when the plan needs no group counts
-    uint32_t* position;
+    Interleaved<Count> writes;
+    Interleaved<Count> before;
+    Interleaved<Count> end;
+    Interleaved<Count> firsts;   // null when the plan needs no group counts
+    Count* position;
     float* value;
     Fix* gate;
     double* gate_exp;   // null with per-write gates
@@ -159,19 +224,19 @@ __device__ T* array_at(const Place& p, char* smem, char* global) {
 }
 
 // smem: the block's dynamic shared memory; global: its slice of global scratch.
-__device__ ChunkArrays bind_arrays(char* smem, char* global, const ArrayLayout& l) {
-    ChunkArrays a;
+template <typename Count>
+__device__ ChunkArrays<Count> bind_arrays(char* smem, char* global, const ArrayLayout& l) {
+    ChunkArrays<Count> a;
     const uint32_t st = l.stride;
-    uint64_t* const key_area = array_at<uint64_t>(l.log, smem, global);
-    a.keys = InterleavedKeys{key_area, st};
-    a.keys_alt = InterleavedKeys{key_area + 8 * static_cast<size_t>(st), st};
-    a.log = InterleavedLogs{array_at<Fix>(l.log, smem, global), st};
+    a.keys = InterleavedKeys{array_at<uint64_t>(l.log_low, smem, global), st};
+    a.keys_alt = InterleavedKeys{array_at<uint64_t>(l.log_high, smem, global), st};
+    a.log = LogArray{a.keys, a.keys_alt, kWideLog};
     a.payload = InterleavedWords{array_at<uint32_t>(l.payload, smem, global), st};
-    a.writes = InterleavedWords{array_at<uint32_t>(l.writes, smem, global), st};
-    a.before = InterleavedWords{array_at<uint32_t>(l.before, smem, global), st};
-    a.end = InterleavedWords{array_at<uint32_t>(l.end, smem, global), st};
-    a.firsts = InterleavedWords{array_at<uint32_t>(l.firsts, smem, global), st};
-    a.position = array_at<uint32_t>(l.position, smem, global);
+    a.writes = Interleaved<Count>{array_at<Count>(l.writes, smem, global), st};
+    a.before = Interleaved<Count>{array_at<Count>(l.before, smem, global), st};
+    a.end = Interleaved<Count>{array_at<Count>(l.end, smem, global), st};
+    a.firsts = Interleaved<Count>{array_at<Count>(l.firsts, smem, global), st};
+    a.position = array_at<Count>(l.position, smem, global);
     a.value = array_at<float>(l.value, smem, global);
     a.gate = array_at<Fix>(l.gate, smem, global);
     a.gate_exp = array_at<double>(l.gate_exp, smem, global);
@@ -211,6 +276,8 @@ struct ChunkShared {
     uint32_t error_code;     // first bad input (kNoError: none)
     uint32_t repeats;        // K entries repeating a slot of their token
     uint32_t valid_groups;   // groups with a valid K entry (their first K entries)
+    int gate_lowest_bit;     // least lowest set bit of the chunk's non-zero gates (128: none)
+    int gate_bits;           // most magnitude bits of its gates (log_shift)
 };
 
 }  // namespace cuda

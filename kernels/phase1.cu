@@ -22,13 +22,19 @@ namespace {
 // The stage temporaries that need room of their own: the sort's and the pair sums'. (The
 // scans' are small and static.) They share bytes with the arrays that are dead meanwhile
 // where those are in shared memory (ArrayLayout::stage).
-__host__ __device__ size_t stage_bytes() {
-    const size_t sort = sizeof(SortTemp), pairs = pair_temp_bytes();
+template <int Threads>
+size_t stage_bytes() {
+    const size_t sort = sizeof(SortTemp<Threads>), pairs = pair_temp_bytes(Threads);
     return align16(sort > pairs ? sort : pairs);
 }
 
-ArrayLayout chunk_layout(const KernelShape& s, size_t smem_limit) {
-    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, stage_bytes(), smem_limit);
+// The two kernels' configurations: a full block per chunk, or a half-size block with 16-bit
+// counts (n < 2^16) when two such blocks fit an SM with the chunk's core arrays on chip.
+ArrayLayout chunk_layout(const KernelShape& s, int threads, size_t smem_limit) {
+    const int n = s.C * (s.W + s.R);
+    const int count_bytes = n < 65536 ? 2 : 4;
+    const size_t stage = threads == kMaxThreads ? stage_bytes<kMaxThreads>() : stage_bytes<kMaxThreads / 2>();
+    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, count_bytes, stage, smem_limit);
 }
 
 union ScanTemp {
@@ -37,16 +43,10 @@ union ScanTemp {
     BlockScanTemp<uint32_t> pairs;
 };
 
-int bit_width(uint64_t v) {
-    int b = 0;
-    while (v) {
-        ++b;
-        v >>= 1;
-    }
-    return b;
-}
-
-__global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_constant__ KernelArgs a) {
+// One block per chunk (a persistent grid), Threads threads, counts and positions as Count.
+template <int Threads, typename Count>
+__global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
+    phase1_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
     __shared__ ChunkShared sh;
     __shared__ ScanTemp scan_temp;
@@ -56,10 +56,11 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
                              : nullptr;
     char* const stage = smem + a.layout.stage;
     const size_t stage_room = a.layout.stage_room;
-    const ChunkArrays arr = bind_arrays(smem, global, a.layout);
-    auto& sort_temp = *reinterpret_cast<SortTemp*>(stage);
-    // Room on chip for the merge rounds' searches, where the key buffers are in global scratch.
-    const bool stage_keys = !a.layout.log.in_smem && stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
+    ChunkArrays<Count> arr = bind_arrays<Count>(smem, global, a.layout);
+    auto& sort_temp = *reinterpret_cast<SortTemp<Threads>*>(stage);
+    // Room on chip for the merge rounds' searches, where a key buffer is in global scratch.
+    const bool stage_keys = !(a.layout.log_low.in_smem && a.layout.log_high.in_smem) &&
+                            stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
     const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};
     const int n = s.C * (s.W + s.R);
     for (int64_t c = blockIdx.x; c < s.N; c += gridDim.x) {
@@ -68,13 +69,16 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
             sh.error_code = kNoError;
             sh.repeats = 0;
             sh.valid_groups = 0;
+            sh.gate_lowest_bit = 128;
+            sh.gate_bits = 0;
         }
         __syncthreads();
         load_and_check(a, k, arr, sh);
         prefetch_chunk(a, c + gridDim.x);
         __syncthreads();
         report_chunk_error(a, k, sh);
-        const InterleavedKeys sorted = sort_entries(a, k, arr.keys, arr.keys_alt, staged, sort_temp);
+        arr.log.shift = log_shift(sh.gate_lowest_bit, sh.gate_bits, s.C);
+        const InterleavedKeys sorted = sort_entries<Threads>(a, k, arr.keys, arr.keys_alt, staged, sort_temp);
         decode(a, k, sorted, arr);
         __syncthreads();
         scan_forward(a, k, arr, sh, scan_temp.forward);
@@ -89,27 +93,60 @@ __global__ void __launch_bounds__(kThreads, 1) phase1_kernel(const __grid_consta
     }
 }
 
-}  // namespace
+using KernelFn = void (*)(KernelArgs);
 
-int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfig* config) {
-    int optin = 0, sms = 0;
+KernelFn kernel_for(const LaunchConfig& c) {
+    if (c.threads != kMaxThreads) return phase1_kernel<kMaxThreads / 2, uint16_t>;
+    return c.narrow_counts ? phase1_kernel<kMaxThreads, uint16_t> : phase1_kernel<kMaxThreads, uint32_t>;
+}
+
+// The most dynamic shared memory a block of `kernel` may use with `blocks` blocks an SM,
+// after setting the kernel's limit to the device's maximum.
+cudaError_t smem_room(KernelFn kernel, int device, int blocks, size_t* room) {
+    int optin = 0, per_sm = 0, reserved = 0;
     cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
     cudaFuncAttributes attr{};
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, phase1_kernel);
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, kernel);
     if (e != cudaSuccess) return e;
     // Every plan on the device may then launch with any amount up to the device's limit.
     const size_t limit = static_cast<size_t>(optin) - attr.sharedSizeBytes;
-    e = cudaFuncSetAttribute(phase1_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(limit));
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit));
     if (e != cudaSuccess) return e;
+    const size_t share = static_cast<size_t>(per_sm) / blocks - reserved - attr.sharedSizeBytes;
+    *room = std::min(limit, share) / 16 * 16;
+    return cudaSuccess;
+}
+
+}  // namespace
+
+int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfig* config) {
+    int sms = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return e;
+    const int n = s.C * (s.W + s.R);
     LaunchConfig c{};
-    c.threads = kThreads;
-    c.smem_limit = limit;
-    const ArrayLayout layout = chunk_layout(s, limit);
+    c.narrow_counts = n < 65536;
+    // Two half-size blocks an SM run two chunks at once, each overlapping the other's
+    // barriers and memory waits (measured: S1 1.05x, S4 1.08x faster than one full block),
+    // where every SM gets two chunks and the core arrays stay on chip.
+    bool half = false;
+    if (c.narrow_counts && s.N >= 2 * static_cast<int64_t>(sms)) {
+        c.threads = kMaxThreads / 2;
+        e = smem_room(kernel_for(c), device, 2, &c.smem_limit);
+        if (e != cudaSuccess) return e;
+        half = core_arrays_in_smem(chunk_layout(s, c.threads, c.smem_limit));
+    }
+    if (!half) {
+        c.threads = kMaxThreads;
+        e = smem_room(kernel_for(c), device, 1, &c.smem_limit);
+        if (e != cudaSuccess) return e;
+    }
+    const ArrayLayout layout = chunk_layout(s, c.threads, c.smem_limit);
     c.smem_bytes = layout.smem_bytes;
     int per_sm = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, phase1_kernel, kThreads, c.smem_bytes);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(c), c.threads, c.smem_bytes);
     if (e != cudaSuccess) return e;
     const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
     int64_t grid = std::min<int64_t>(s.N, resident);
@@ -144,13 +181,13 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     a.out = out;
     a.scratch = config.scratch_per_block != 0 ? static_cast<char*>(scratch) : nullptr;
     a.scratch_per_block = config.scratch_per_block;
-    a.layout = chunk_layout(s, config.smem_limit);
+    a.layout = chunk_layout(s, config.threads, config.smem_limit);
     a.entry_bits = std::max(1, bit_width(static_cast<uint64_t>(n - 1)));
     // Slots run to num_keys (padding), so the keys need bit_width(num_keys) more bits.
     a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys));
     a.status = status;
     a.chunk_value = chunk_value;
-    phase1_kernel<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
+    kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
     return cudaGetLastError();
 }
 

@@ -8,8 +8,9 @@
 namespace sdm_p1 {
 namespace cuda {
 
+template <class Arrays>
 __device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, InterleavedKeys sorted,
-                              const ChunkArrays& arr) {
+                              const Arrays& arr) {
     const KernelShape& s = a.s;
     const int W = s.W, WR = W + s.R;
     const uint64_t entry_mask = (uint64_t{1} << a.entry_bits) - 1u;
@@ -28,7 +29,7 @@ __device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, Inte
             head = prev_t >= k.t_valid || (prev >> a.entry_bits) != slot;
         }
         arr.payload[r] = payload_word(t, lane, is_q, valid) | (head ? kHead : 0u);
-        arr.position[e] = static_cast<uint32_t>(r);
+        arr.position[e] = static_cast<typename Arrays::Count>(r);
     }
 }
 

@@ -1,7 +1,8 @@
 // Stage "load and check": the chunk's ids become sort keys (slot << entry_bits | entry, so the
 // keys are distinct and their order is the stable order by slot), its values are kept by
 // entry, its gates become fixed-point numbers (with per-token gates also their
-// exponentials), and the walker masks are cleared. Bad ids and gates are recorded, never
+// exponentials; their lowest and highest bits decide the log-cumsums' form, log_shift), and
+// the walker masks are cleared. Bad ids and gates are recorded, never
 // used: such an id sorts as padding, such a gate counts as 0, so every later index stays in
 // range.
 #ifndef SDM_P1_KERNELS_STAGE_LOAD_CUH
@@ -14,7 +15,8 @@ namespace cuda {
 
 constexpr int kLoadBatch = 4;
 
-__device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+template <class Arrays>
+__device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                       ChunkShared& sh) {
     const KernelShape& s = a.s;
     const int W = s.W, R = s.R, WR = W + R, gw = s.gate_width;
@@ -56,6 +58,7 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
             arr.value[e] = value[b];
         }
     }
+    int lowest = 128, bits = 0;   // over this thread's non-zero gates (log_shift)
     for (int x = threadIdx.x; x < s.C * gw; x += blockDim.x) {
         const int t = x / gw, lane = x - t * gw;
         Fix f = fix_zero();
@@ -63,8 +66,16 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
             atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(WR + lane));
         }
         arr.gate[x] = f;
+        if (!fix_is_zero(f)) {
+            lowest = min(lowest, fix_lowest_bit(f));
+            bits = max(bits, fix_magnitude_bits(f));
+        }
         // A token's first write of a slot has its gate as log-cumsum: its exp, once per token.
         if (arr.gate_exp) arr.gate_exp[x] = exp_fix(f);
+    }
+    if (bits != 0) {
+        atomicMin(&sh.gate_lowest_bit, lowest);
+        atomicMax(&sh.gate_bits, bits);
     }
     const int mask_total = s.C * (mask_words(W) + mask_words(R));
     for (int x = threadIdx.x; x < mask_total; x += blockDim.x) arr.walk_mask[x] = 0u;

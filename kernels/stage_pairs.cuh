@@ -24,7 +24,8 @@ namespace sdm_p1 {
 namespace cuda {
 
 // k_val / q_val of the entry with payload p (stage "load" keeps them by entry).
-__device__ __forceinline__ float entry_value(const KernelArgs& a, const ChunkArrays& arr, uint32_t p) {
+template <class Arrays>
+__device__ __forceinline__ float entry_value(const KernelArgs& a, const Arrays& arr, uint32_t p) {
     const int t = payload_token(p);
     const int lane = static_cast<int>(p & kLaneMask);
     return arr.value[t * (a.s.W + a.s.R) + ((p & kIsQ) ? a.s.W : 0) + lane];
@@ -32,7 +33,8 @@ __device__ __forceinline__ float entry_value(const KernelArgs& a, const ChunkArr
 
 // Moves *q down its group to the next write whose term the unit adds (a: of another token
 // than i), the walk ending after the group's head. False when the walk is over.
-__device__ __forceinline__ bool next_term(const ChunkArrays& arr, int i, bool qk, uint32_t* q, bool* more,
+template <class Arrays>
+__device__ __forceinline__ bool next_term(const Arrays& arr, int i, bool qk, uint32_t* q, bool* more,
                                           uint32_t* pq) {
     while (*more) {
         --*q;
@@ -45,7 +47,8 @@ __device__ __forceinline__ bool next_term(const ChunkArrays& arr, int i, bool qk
 }
 
 // The lane mask words of unit u.
-__device__ __forceinline__ const uint32_t* unit_mask(const KernelArgs& a, const ChunkArrays& arr, int u,
+template <class Arrays>
+__device__ __forceinline__ const uint32_t* unit_mask(const KernelArgs& a, const Arrays& arr, int u,
                                                      int* words) {
     const bool is_q = (u & 1) != 0;
     *words = mask_words(is_q ? a.s.R : a.s.W);
@@ -73,38 +76,42 @@ struct Sum {
 struct PairTemp {
     double* rows;       // [wave][C]
     uint32_t* first;    // [wave + 1]
-    uint32_t* offset;   // [kThreads + 1]
+    uint32_t* offset;   // [threads + 1]
     PairTerm* term;     // [capacity]
     uint8_t* cell;      // [capacity] the term's column (a token index)
     uint32_t capacity;
 };
 
-// The term list holds at least kMinTerms terms, the rows of a wave at least kPairBudget bytes.
-constexpr uint32_t kMinTerms = 1024;
-constexpr size_t kPairBudget = 32 * 1024;
+// The term list holds at least two terms a thread, the rows of a wave at least kPairBudget
+// bytes.
+constexpr size_t kPairBudget = 16 * 1024;
+SDM_HD size_t min_terms(int threads) { return 2 * static_cast<size_t>(threads); }
 
-// Bytes of first and offset (sized for the largest wave).
-SDM_HD size_t pair_index_bytes() { return 2 * align16(4 * static_cast<size_t>(kThreads + 1)); }
+// Bytes of first and offset (sized for the largest wave and block).
+SDM_HD size_t pair_index_bytes() { return 2 * align16(4 * static_cast<size_t>(kMaxThreads + 1)); }
 
-// The least room the pair stage needs: kPairBudget of rows, the index, kMinTerms of list.
-SDM_HD size_t pair_temp_bytes() { return kPairBudget + pair_index_bytes() + kMinTerms * (sizeof(PairTerm) + 1); }
+// The least room the pair stage needs with `threads` a block: kPairBudget of rows, the
+// index, the least list.
+SDM_HD size_t pair_temp_bytes(int threads) {
+    return kPairBudget + pair_index_bytes() + min_terms(threads) * (sizeof(PairTerm) + 1);
+}
 
 // Units a wave in `room` bytes (the stage room: the arrays that are dead meanwhile, see
-// ArrayLayout::stage). The rows may take what the index and a list of kMinTerms leave (at
-// least kPairBudget); the waves are as few as that allows (fewer, fuller batches), and as
-// even as can be, which leaves the rest of the room to the list.
-SDM_HD int pair_wave_units(int C, size_t room) {
-    const size_t least = pair_index_bytes() + kMinTerms * (sizeof(PairTerm) + 1);
+// ArrayLayout::stage). The rows may take what the index and the least list leave (at least
+// kPairBudget); the waves are as few as that allows (fewer, fuller batches), and as even as
+// can be, which leaves the rest of the room to the list.
+SDM_HD int pair_wave_units(int C, size_t room, int threads) {
+    const size_t least = pair_index_bytes() + min_terms(threads) * (sizeof(PairTerm) + 1);
     const size_t rows = room > least + kPairBudget ? (room - least) / 16 * 16 : kPairBudget;
     int most = static_cast<int>(rows / (8 * static_cast<size_t>(C)));   // units whose rows fit
-    most = min(most, min(2 * C, kThreads));
+    most = min(most, min(2 * C, kMaxThreads));
     if (most < 1) most = 1;
     const int waves = (2 * C + most - 1) / most;
     return (2 * C + waves - 1) / waves;
 }
 
 __device__ __forceinline__ PairTemp bind_pair_temp(char* base, size_t room, int C) {
-    const int per_wave = pair_wave_units(C, room);
+    const int per_wave = pair_wave_units(C, room, static_cast<int>(blockDim.x));
     char* const start = base;
     PairTemp p;
     p.rows = reinterpret_cast<double*>(base);
@@ -119,7 +126,8 @@ __device__ __forceinline__ PairTemp bind_pair_temp(char* base, size_t room, int 
 }
 
 // first[w] = walkers of the wave's units before unit u0 + w, for w in [0, wave]. One warp.
-__device__ __forceinline__ void number_walkers(const KernelArgs& a, const ChunkArrays& arr, int u0, int wave,
+template <class Arrays>
+__device__ __forceinline__ void number_walkers(const KernelArgs& a, const Arrays& arr, int u0, int wave,
                                                uint32_t* first) {
     if (threadIdx.x >= 32) return;
     const int lane = static_cast<int>(threadIdx.x);
@@ -153,7 +161,8 @@ struct Walker {
 };
 
 // Walker `idx` of the wave.
-__device__ __forceinline__ Walker find_walker(const KernelArgs& a, const ChunkArrays& arr, int u0, int wave,
+template <class Arrays>
+__device__ __forceinline__ Walker find_walker(const KernelArgs& a, const Arrays& arr, int u0, int wave,
                                               const uint32_t* first, uint32_t idx, int* unit) {
     int lo = 0, hi = wave - 1;   // the unit w with first[w] <= idx < first[w + 1]
     while (lo < hi) {
@@ -173,13 +182,14 @@ __device__ __forceinline__ Walker find_walker(const KernelArgs& a, const ChunkAr
     w.qk = (u & 1) != 0;
     w.r = arr.position[w.i * (a.s.W + a.s.R) + (w.qk ? a.s.W : 0) + lane];
     w.v = entry_value(a, arr, arr.payload[w.r]);
-    w.lr = arr.log[w.r];
+    w.lr = arr.log.get(w.r);
     *unit = lo;
     return w;
 }
 
 // The terms of walker w, counted up to limit + 1.
-__device__ __forceinline__ uint32_t count_terms(const ChunkArrays& arr, const Walker& w, uint32_t limit) {
+template <class Arrays>
+__device__ __forceinline__ uint32_t count_terms(const Arrays& arr, const Walker& w, uint32_t limit) {
     uint32_t q = w.r, pq, m = 0;
     bool more = true;
     while (m <= limit && next_term(arr, w.i, w.qk, &q, &more, &pq)) ++m;
@@ -187,18 +197,19 @@ __device__ __forceinline__ uint32_t count_terms(const ChunkArrays& arr, const Wa
 }
 
 // A walker with more terms than the list holds (a group with over kMinTerms earlier writes:
-// slots repeated within tokens). The block walks its group together, kThreads positions a
+// slots repeated within tokens). The block walks its group together, a position a thread a
 // round; each round's terms go to the list in walk order and one thread per column adds
 // that column's terms in order.
-__device__ __forceinline__ void long_walk(const KernelArgs& a, const ChunkArrays& arr, const Walker& w, double* row,
+template <class Arrays>
+__device__ __forceinline__ void long_walk(const KernelArgs& a, const Arrays& arr, const Walker& w, double* row,
                                           const PairTemp& pt, BlockScanTemp<uint32_t>& scan) {
     __shared__ uint32_t head_at, listed;
-    const uint32_t t = threadIdx.x;
+    const uint32_t t = threadIdx.x, threads = blockDim.x;
     for (uint32_t cursor = w.r;;) {   // positions below cursor are still to walk
         const bool in_range = cursor >= t + 1u;
         const uint32_t p = in_range ? cursor - 1u - t : 0u;
         const uint32_t pp = in_range ? arr.payload[p] : 0u;
-        if (t == 0) head_at = kThreads;
+        if (t == 0) head_at = threads;
         __syncthreads();
         if (in_range && (pp & kHead)) atomicMin(&head_at, t);
         __syncthreads();
@@ -208,10 +219,10 @@ __device__ __forceinline__ void long_walk(const KernelArgs& a, const ChunkArrays
         block_scan_begin(scan);
         block_scan_tile(incl, scan, Sum());
         if (is_term) {
-            pt.term[incl[0] - 1u] = pair_term(w.v, entry_value(a, arr, pp), w.lr, arr.log[p]);
+            pt.term[incl[0] - 1u] = pair_term(w.v, entry_value(a, arr, pp), w.lr, arr.log.get(p));
             pt.cell[incl[0] - 1u] = static_cast<uint8_t>(payload_token(pp));
         }
-        if (t == kThreads - 1) listed = incl[0];
+        if (t == threads - 1) listed = incl[0];
         __syncthreads();
         for (int j = threadIdx.x; j < a.s.C; j += blockDim.x) {
             double acc = row[j];
@@ -221,27 +232,29 @@ __device__ __forceinline__ void long_walk(const KernelArgs& a, const ChunkArrays
             row[j] = acc;
         }
         __syncthreads();
-        if (h < kThreads || cursor <= kThreads) break;   // uniform: every thread read h, cursor
-        cursor -= kThreads;
+        if (h < threads || cursor <= threads) break;   // uniform: every thread read h, cursor
+        cursor -= threads;
     }
 }
 
 // Terms [0, m) of walker w go to the list from `at`.
-__device__ __forceinline__ void list_terms(const KernelArgs& a, const ChunkArrays& arr, const Walker& w,
+template <class Arrays>
+__device__ __forceinline__ void list_terms(const KernelArgs& a, const Arrays& arr, const Walker& w,
                                                uint32_t m, const PairTemp& pt, uint32_t at) {
     uint32_t q = w.r, pq;
     bool more = true;
     for (uint32_t t = 0; t < m && next_term(arr, w.i, w.qk, &q, &more, &pq); ++t) {
-        pt.term[at + t] = pair_term(w.v, entry_value(a, arr, pq), w.lr, arr.log[q]);
+        pt.term[at + t] = pair_term(w.v, entry_value(a, arr, pq), w.lr, arr.log.get(q));
         pt.cell[at + t] = static_cast<uint8_t>(payload_token(pq));
     }
 }
 
-__device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+template <class Arrays>
+__device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                           char* temp_base, size_t temp_room, BlockScanTemp<uint32_t>& scan) {
     const int C = a.s.C;
     const int units = 2 * C;   // unit u: row u / 2 of a (u even) or of qk (u odd)
-    const int per_wave = pair_wave_units(C, temp_room);
+    const int per_wave = pair_wave_units(C, temp_room, static_cast<int>(blockDim.x));
     const PairTemp pt = bind_pair_temp(temp_base, temp_room, C);
     __shared__ uint32_t batch_end;
     __shared__ bool long_batch;

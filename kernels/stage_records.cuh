@@ -12,12 +12,14 @@ namespace sdm_p1 {
 namespace cuda {
 
 // Write entries (valid or padding) at or before position r.
-__device__ __forceinline__ uint32_t writes_through(const ChunkArrays& arr, uint32_t r) {
+template <class Arrays>
+__device__ __forceinline__ uint32_t writes_through(const Arrays& arr, uint32_t r) {
     return arr.writes[r] + ((arr.payload[r] & kIsQ) ? 0u : 1u);
 }
 
 // The facts of lane `lane` of token t (a read entry if is_q).
-__device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+template <class Arrays>
+__device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                          int t, int lane, bool is_q, uint32_t valid_groups) {
     const KernelShape& s = a.s;
     const int WR = s.W + s.R;
@@ -32,11 +34,11 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
     e.payload = p;
     e.before = arr.before[r];
     e.after = !valid ? 0u : is_q ? (end - r) - writes_after : writes_after;
-    e.log = arr.log[r];
+    e.log = arr.log.get(r);
     // A valid write with no valid write before it in its group has its own gate as log.
     const bool own_gate = arr.gate_exp && valid && !is_q && e.before == 0u;
     e.exp_log = own_gate ? arr.gate_exp[t] : exp_fix(e.log);
-    e.rex = fix_sub(arr.log[end], e.log);
+    e.rex = fix_sub(arr.log.get(end), e.log);
     const int64_t tok = k.c * s.C + t;
     e.value = valid ? arr.value[t * WR + (is_q ? s.W : 0) + lane] : 0.0f;
     // The slot only goes into the records.
@@ -53,7 +55,8 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
 
 // Marks the entry with payload p (lane `lane` of token t) as a walker of its unit if it has
 // an earlier entry in its group. Stage "pair sums" reads these masks.
-__device__ __forceinline__ void mark_walker(const KernelArgs& a, const ChunkArrays& arr, int t, int lane,
+template <class Arrays>
+__device__ __forceinline__ void mark_walker(const KernelArgs& a, const Arrays& arr, int t, int lane,
                                             bool is_q, uint32_t p) {
     if ((p & (kInvalid | kHead)) != 0u) return;
     const int word = walk_mask_base(a.s.W, a.s.R, t, is_q) + (lane >> 5);
@@ -63,7 +66,8 @@ __device__ __forceinline__ void mark_walker(const KernelArgs& a, const ChunkArra
     if (static_cast<int>(threadIdx.x & 31u) == __ffs(peers) - 1) atomicOr(&arr.walk_mask[word], bits);
 }
 
-__device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+template <class Arrays>
+__device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                      const ChunkShared& sh) {
     const KernelShape& s = a.s;
     const ChunkFacts f{k.c, s.C, s.W, s.R, s.rec_tile, k.id_base, s.bf16, a.out.kspa ? a.beta : nullptr};

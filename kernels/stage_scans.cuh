@@ -57,7 +57,8 @@ struct BackwardOp {
 // The gate a sorted entry adds to its group's log-cumsum: its token's gate (per token) or its
 // lane's (per write) if it is a valid write that does not repeat a slot its token already
 // wrote (the previous entry of its group would then be that token's write).
-__device__ __forceinline__ Fix gate_added(const KernelArgs& a, const ChunkArrays& arr, int r, uint32_t p,
+template <class Arrays>
+__device__ __forceinline__ Fix gate_added(const KernelArgs& a, const Arrays& arr, int r, uint32_t p,
                                  bool* repeat) {
     *repeat = false;
     if ((p & (kInvalid | kIsQ)) != 0u) return fix_zero();
@@ -73,11 +74,13 @@ __device__ __forceinline__ Fix gate_added(const KernelArgs& a, const ChunkArrays
     return arr.gate[t * a.s.gate_width + lane];
 }
 
-__device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+template <class Arrays>
+__device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                     ChunkShared& sh, BlockScanTemp<ForwardItem>& temp) {
+    using Count = typename Arrays::Count;
     const int n = k.n;
     block_scan_begin(temp);
-    for (int base = 0; base < n; base += kScanTile) {
+    for (int base = 0; base < n; base += static_cast<int>(blockDim.x) * kScanItems) {
         ForwardItem item[kScanItems];
         uint32_t repeats = 0;
 #pragma unroll
@@ -104,9 +107,9 @@ __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k
                 const uint32_t p = arr.payload[r];
                 const bool valid = !(p & kInvalid);
                 const bool is_k = valid && !(p & kIsQ), is_q = valid && (p & kIsQ);
-                arr.log[r] = item[i].sum;
-                arr.before[r] = is_k ? item[i].k - 1u : is_q ? item[i].q - 1u : 0u;
-                arr.writes[r] = item[i].writes - ((p & kIsQ) ? 0u : 1u);
+                arr.log.set(r, item[i].sum);
+                arr.before[r] = static_cast<Count>(is_k ? item[i].k - 1u : is_q ? item[i].q - 1u : 0u);
+                arr.writes[r] = static_cast<Count>(item[i].writes - ((p & kIsQ) ? 0u : 1u));
             }
         }
         if (repeats) atomicAdd(&sh.repeats, repeats);
@@ -114,11 +117,13 @@ __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k
     }
 }
 
-__device__ __forceinline__ void scan_backward(const KernelArgs& a, const Chunk& k, const ChunkArrays& arr,
+template <class Arrays>
+__device__ __forceinline__ void scan_backward(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                      ChunkShared& sh, BlockScanTemp<BackwardItem>& temp) {
+    using Count = typename Arrays::Count;
     const int n = k.n;
     block_scan_begin(temp);
-    for (int base = 0; base < n; base += kScanTile) {
+    for (int base = 0; base < n; base += static_cast<int>(blockDim.x) * kScanItems) {
         BackwardItem item[kScanItems];
         uint32_t firsts = 0;
 #pragma unroll
@@ -138,8 +143,8 @@ __device__ __forceinline__ void scan_backward(const KernelArgs& a, const Chunk& 
         for (int i = 0; i < kScanItems; ++i) {
             const int r = n - 1 - (base + static_cast<int>(threadIdx.x) * kScanItems + i);
             if (r >= 0) {
-                arr.end[r] = item[i].last;
-                if (arr.firsts) arr.firsts[r] = item[i].firsts;
+                arr.end[r] = static_cast<Count>(item[i].last);
+                if (arr.firsts) arr.firsts[r] = static_cast<Count>(item[i].firsts);
             }
         }
         if (firsts) atomicAdd(&sh.valid_groups, firsts);

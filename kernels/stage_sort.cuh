@@ -1,5 +1,5 @@
 // Stage "sort": the chunk's sort keys (slot << entry_bits | entry, distinct) in ascending
-// order. Each tile of kTile keys, which arrive in entry order, is sorted on chip by CUB's
+// order. Each tile of kSortTile keys, which arrive in entry order, is sorted on chip by CUB's
 // stable block radix sort on the slot bits alone (5 bits a pass), which orders it by the
 // whole key; longer rows are completed by merge rounds in which every key finds its output
 // place by a binary search in the other run.
@@ -13,32 +13,37 @@
 namespace sdm_p1 {
 namespace cuda {
 
-using BlockSort = cub::BlockRadixSort<uint64_t, kThreads, kItems, cub::NullType, 5>;
+// A tile is kSortTile keys whatever the block size, so chunks of up to 4096 entries need no
+// merge round in either kernel.
+template <int Threads>
+using BlockSort = cub::BlockRadixSort<uint64_t, Threads, kSortTile / Threads, cub::NullType, 5>;
 // Keys of at most 32 significant bits (num_keys and n small enough, the usual case) are
 // sorted as 32-bit words: half the bytes through the sort's exchanges.
-using BlockSort32 = cub::BlockRadixSort<uint32_t, kThreads, kItems, cub::NullType, 5>;
+template <int Threads>
+using BlockSort32 = cub::BlockRadixSort<uint32_t, Threads, kSortTile / Threads, cub::NullType, 5>;
 
 // The stage temporaries of the sort (either width).
+template <int Threads>
 union SortTemp {
-    typename BlockSort::TempStorage wide;
-    typename BlockSort32::TempStorage narrow;
+    typename BlockSort<Threads>::TempStorage wide;
+    typename BlockSort32<Threads>::TempStorage narrow;
 };
 
-// Sorts tile [base, base + kTile) of keys (Key: the width sorted on) in place.
-template <typename Sort, typename Key>
+// Sorts the tile of keys from `base` (Key: the width sorted on, Items a thread) in place.
+template <typename Sort, typename Key, int Items>
 __device__ __forceinline__ void sort_tile(const KernelArgs& a, InterleavedKeys keys, int base, int n,
                                           typename Sort::TempStorage& temp) {
-    Key item[kItems];
+    Key item[Items];
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-        const int r = base + threadIdx.x * kItems + i;
+    for (int i = 0; i < Items; ++i) {
+        const int r = base + threadIdx.x * Items + i;
         // Past the row: the largest key; the sort is stable, so these stay last.
         item[i] = r < n ? static_cast<Key>(keys[r]) : static_cast<Key>(~Key{0});
     }
     Sort(temp).Sort(item, a.entry_bits, a.key_bits);
 #pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-        const int r = base + threadIdx.x * kItems + i;
+    for (int i = 0; i < Items; ++i) {
+        const int r = base + threadIdx.x * Items + i;
         if (r < n) keys[r] = item[i];
     }
 }
@@ -59,8 +64,8 @@ __device__ __forceinline__ int count_below(InterleavedKeys keys, int base, int l
 
 // Copies the n keys of src to dst (same stride), a row of the interleaved layout at a time.
 __device__ __forceinline__ void copy_keys(InterleavedKeys dst, InterleavedKeys src, int n) {
-    for (int row = 0; row < kItems; ++row) {
-        for (int col = threadIdx.x; col * kItems + row < n; col += blockDim.x) {
+    for (int row = 0; row < 8; ++row) {
+        for (int col = threadIdx.x; col * 8 + row < n; col += blockDim.x) {
             const size_t i = static_cast<size_t>(row) * src.stride + col;
             dst.base[i] = src.base[i];
         }
@@ -71,21 +76,23 @@ __device__ __forceinline__ void copy_keys(InterleavedKeys dst, InterleavedKeys s
 // buffer that holds them sorted. `staged`, where not null, is room in shared memory for the
 // keys (the sort's temporaries are dead in the merge rounds): with the key buffers in global
 // scratch, each round copies its input there and does its binary searches on chip.
+template <int Threads>
 __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, const Chunk& k,
                                                        InterleavedKeys keys, InterleavedKeys alt,
                                                        InterleavedKeys staged,
-                                                       SortTemp& temp) {
+                                                       SortTemp<Threads>& temp) {
+    constexpr int kItems = kSortTile / Threads;
     const int n = k.n;
-    for (int base = 0; base < n; base += kTile) {
+    for (int base = 0; base < n; base += kSortTile) {
         if (a.key_bits <= 32) {
-            sort_tile<BlockSort32, uint32_t>(a, keys, base, n, temp.narrow);
+            sort_tile<BlockSort32<Threads>, uint32_t, kItems>(a, keys, base, n, temp.narrow);
         } else {
-            sort_tile<BlockSort, uint64_t>(a, keys, base, n, temp.wide);
+            sort_tile<BlockSort<Threads>, uint64_t, kItems>(a, keys, base, n, temp.wide);
         }
         __syncthreads();   // temp is reused by the next tile
     }
     InterleavedKeys src = keys, dst = alt;
-    for (int run = kTile; run < n; run *= 2) {
+    for (int run = kSortTile; run < n; run *= 2) {
         InterleavedKeys search = src;
         if (staged) {
             copy_keys(staged, src, n);
@@ -93,7 +100,7 @@ __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, con
             search = staged;
         }
         // Blocked order, as the tiles: at each step a warp's reads of src are contiguous.
-        for (int base = 0; base < n; base += kTile) {
+        for (int base = 0; base < n; base += kSortTile) {
             for (int i = 0; i < kItems; ++i) {
                 const int x = base + threadIdx.x * kItems + i;
                 if (x >= n) break;

@@ -169,6 +169,39 @@ SDM_HD int msb64(uint64_t v) {
 #endif
 }
 
+// Index of the lowest set bit of a non-zero 64-bit word.
+SDM_HD int lsb64(uint64_t v) {
+#if defined(__CUDA_ARCH__)
+    return __ffsll(static_cast<long long>(v)) - 1;
+#else
+    return __builtin_ctzll(v);
+#endif
+}
+
+// Index of the lowest set bit of a non-zero fixed-point number (its two's complement word).
+SDM_HD int fix_lowest_bit(Fix x) { return x.lo != 0u ? lsb64(x.lo) : 64 + lsb64(x.hi); }
+
+// Significant bits of |x|: |x| < 2^bits (0 for 0). Gates (|x| < 2^119) never reach 2^127.
+SDM_HD int fix_magnitude_bits(Fix x) {
+    const Fix mag = fix_is_negative(x) ? fix_neg(x) : x;
+    return mag.hi != 0u ? 65 + msb64(mag.hi) : mag.lo != 0u ? 1 + msb64(mag.lo) : 0;
+}
+
+// x >> s (0 <= s < 128) as one 64-bit two's complement word, and back: the kernels keep a
+// chunk's log-cumsums in this compact form where every one is a multiple of 2^s whose
+// quotient fits 64 signed bits (kernels/chunk_context.cuh, LogArray). Exact there.
+SDM_HD uint64_t fix_shift_down(Fix x, int s) {
+    if (s == 0) return x.lo;
+    if (s < 64) return (x.lo >> s) | (x.hi << (64 - s));
+    return static_cast<uint64_t>(static_cast<int64_t>(x.hi) >> (s - 64));   // arithmetic: keeps the sign
+}
+SDM_HD Fix fix_shift_up(uint64_t v, int s) {
+    const uint64_t sign = (v >> 63) != 0u ? ~uint64_t{0} : 0u;
+    if (s == 0) return Fix{v, sign};
+    if (s < 64) return Fix{v << s, (v >> (64 - s)) | (sign << s)};
+    return Fix{0u, v << (s - 64)};
+}
+
 // (hi:lo) >> s rounded to nearest even, for 0 < s < 128 and a result below 2^63.
 SDM_HD uint64_t shift_round_even(uint64_t hi, uint64_t lo, int s) {
     // q = the bits above s (fits 64 bits by the callers' choice of s), rem = bits below.

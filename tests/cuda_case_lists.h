@@ -16,6 +16,7 @@ namespace cuda_test {
 struct ListOptions {
     bool quick = false;
     uint64_t seed = 1;
+    int sms = 132;   // the device's SMs: the half-size kernel runs where N >= 2 * sms
 };
 
 using CaseList = std::vector<CaseSpec>;
@@ -243,19 +244,22 @@ inline CaseList largest_cases(const ListOptions& o) {
 
 // The benchmark shapes S1..S6 of DESIGN.md at reduced N (S6 in full), data as the benchmark
 // makes it: distinct ids per token, logsigmoid gates; default det_fields and every field.
-// Between them they cover the kernel's array placements (ArrayLayout): every array in shared
-// memory (S1, S4, S5); the log-cumsum (with every field, the gates too) in global scratch
-// (S2, S3); the scans' arrays in shared memory and the rest in global scratch (S6 default);
-// the stage temporaries alone in shared memory (S6 with every field). largest_cases keeps
-// only the small per-token arrays in shared memory.
+// Between them they cover the kernels and their array placements (ArrayLayout): the
+// half-size kernel, two blocks an SM, with log_high and (S5) the gates in global scratch
+// (S1, S4, S5: N is 2 * sms or more); the full kernel with every array in shared memory (S1
+// in quick mode), with log_high in global scratch (S2, S3); the scans' arrays and the payload
+// in shared memory, the rest in global scratch (S6); the stage temporaries alone in shared
+// memory (S6 with every field). largest_cases keeps only the small per-token arrays in
+// shared memory and has 32-bit counts (n >= 2^16).
 inline CaseList bench_shape_cases(const ListOptions& o) {
     struct Shape { const char* name; int64_t N, C, W, R, keys, P; bool bf16, idx64, per_write; };
+    const int64_t twice = (2 * o.sms + 8 + 127) / 128 * 128;   // N >= 2 * sms, in whole streams
     const Shape shapes[] = {
-        {"S1", 256, 64, 32, 32, 65536, 128, true, false, false},
+        {"S1", twice, 64, 32, 32, 65536, 128, true, false, false},
         {"S2", 256, 128, 32, 32, 65536, 128, true, false, false},
         {"S3", 256, 64, 64, 64, 65536, 128, true, false, false},
-        {"S4", 256, 64, 32, 32, 1024, 128, true, false, false},
-        {"S5", 256, 64, 32, 32, 65536, 128, false, true, true},
+        {"S4", twice, 64, 32, 32, 1024, 128, true, false, false},
+        {"S5", twice, 64, 32, 32, 65536, 128, false, true, true},
         {"S6", 128, 128, 64, 64, 262144, 2, true, false, false},
     };
     CaseList c;
@@ -271,6 +275,24 @@ inline CaseList bench_shape_cases(const ListOptions& o) {
         }
     }
     return seeded(c, "bench_shapes", o);
+}
+
+// The half-size kernel (two blocks an SM: N >= 2 * sms chunks whose arrays fit half an SM)
+// on small chunks, cheap enough for the sanitizers: compact log-cumsums (normal,
+// logsigmoid, strong, zero gates) and the wide fallback (mixed and extreme gates span over
+// 63 bits), per-write gates, both value types, streams and a short last chunk, every field,
+// hot slots and slots repeated within tokens (long walks).
+inline CaseList two_block_cases(const ListOptions& o) {
+    const int64_t N = (2 * o.sms + 15) / 8 * 8;   // divisible by the streams below
+    CaseList c = {
+        spec("normal-f32", N, 16, 4, 4, 64).key_mode(Keys::Random).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
+        spec("logsigmoid-default", N, 32, 8, 8, 4096).streams(8, 4096).key_mode(Keys::Distinct).gate_kind(Gates::Logsigmoid),
+        spec("mixed-bf16-write", N, 16, 4, 4, 64).streams(4).valid(9).bfloat16().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
+        spec("extreme-write-records", N, 8, 8, 2, 16).key_mode(Keys::Pool).gates_per_write().gate_kind(Gates::Extreme).value_kind(Values::Mixed).fields(kShippedWithRecords),
+        spec("strong-int64-hot", N, 64, 4, 4, 3).ids64().key_mode(Keys::Random).gate_kind(Gates::Strong).fields(SDM_P1_DET_ALL),
+        spec("zero-one-slot", N, 16, 8, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Zero).value_kind(Values::One).fields(SDM_P1_DET_ALL),
+    };
+    return seeded(thin(c, o, 2), "two_blocks", o);
 }
 
 }  // namespace cuda_test

@@ -7,8 +7,8 @@
 #
 # Steps: configure (meson, CUDA enabled, kernels for sm_90 unless --arch), compile, meson test
 # (every C/C++ test, tests/test_cuda and tests/test_arith_device included), test_cuda --quick
-# under compute-sanitizer's memcheck (racecheck, initcheck and synccheck: its "cover" family
-# only), the Python tests
+# under compute-sanitizer's memcheck (racecheck, initcheck and synccheck: a few cases of its
+# "cover" and "two_blocks" families), the Python tests
 # against the CUDA build, and the CUDA benchmark (phase1_bench --backend cuda --json).
 # The terminal gets one line per step (PASS / FAIL / SKIP, counts, seconds) and a summary
 # with the GPU and driver; each step's full log goes to the log dir: --log-dir, else $OUT,
@@ -182,14 +182,20 @@ if [ "$do_sanitizer" = 1 ]; then
             # memcheck takes the quick set (about 45 s on an H200); racecheck, which follows
             # every shared-memory access, would take over 8 minutes on it (and 45 s on the
             # quick "cover" family were not enough): the others take the first three cases
-            # of that family (every stage, small chunks).
-            extra=()
-            cases=(--quick)
-            [ "$tool" = memcheck ] && extra=(--leak-check full)
-            [ "$tool" != memcheck ] && cases=(--quick --only cover --limit 3)
-            run_step "sanitizer-$tool" sum_sanitizer \
-                "$sanitizer" --tool "$tool" ${extra[@]+"${extra[@]}"} --error-exitcode 1 \
-                "$build/tests/test_cuda" "${cases[@]}"
+            # of that family (every stage, small chunks, the full-size kernel) and, as a
+            # second step, two of "two_blocks" (the half-size kernel, both log forms).
+            if [ "$tool" = memcheck ]; then
+                run_step "sanitizer-$tool" sum_sanitizer \
+                    "$sanitizer" --tool "$tool" --leak-check full --error-exitcode 1 \
+                    "$build/tests/test_cuda" --quick
+            else
+                run_step "sanitizer-$tool" sum_sanitizer \
+                    "$sanitizer" --tool "$tool" --error-exitcode 1 \
+                    "$build/tests/test_cuda" --quick --only cover --limit 3
+                run_step "sanitizer-$tool-two_blocks" sum_sanitizer \
+                    "$sanitizer" --tool "$tool" --error-exitcode 1 \
+                    "$build/tests/test_cuda" --quick --only two_blocks --limit 2
+            fi
         fi
     done
 fi

@@ -1,6 +1,7 @@
 // The canonical arithmetic of src/phase1_shared.h against independent computations:
 // 128-bit integer arithmetic of the compiler, exact rational checks of rounding, long double
 // exp, and hand-picked bit patterns.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -124,6 +125,37 @@ void test_fix_integer_ops() {
     CHECK(fwd.lo == rev.lo && fwd.hi == rev.hi);
 }
 
+// The compact log form: lowest bit, magnitude bits and the shifts against 128-bit integers.
+void test_fix_compact() {
+    std::mt19937_64 rng(7);
+    int ok = 1;
+    for (int i = 0; i < 200000; ++i) {
+        const int s = static_cast<int>(rng() % 127);
+        // A quotient of 1 to 63 bits (either sign) with x = q * 2^s within 128 signed bits.
+        const int qbits = 1 + static_cast<int>(rng() % static_cast<uint64_t>(std::min(63, 127 - s)));
+        int64_t q = static_cast<int64_t>(rng() >> (64 - qbits)) | 1;
+        if (rng() & 1) q = -q;
+        const i128 x = static_cast<i128>(static_cast<u128>(static_cast<i128>(q)) << s);
+        const Fix f = from_i128(x);
+        ok &= static_cast<int64_t>(fix_shift_down(f, s)) == q;
+        ok &= to_i128(fix_shift_up(static_cast<uint64_t>(q), s)) == x;
+        ok &= fix_lowest_bit(f) == s;
+        u128 mag = static_cast<u128>(x < 0 ? -x : x);
+        int bits = 0;
+        while (mag != 0) {
+            ++bits;
+            mag >>= 1;
+        }
+        ok &= fix_magnitude_bits(f) == bits;
+    }
+    CHECK(ok);
+    CHECK(fix_magnitude_bits(fix_zero()) == 0);
+    CHECK(fix_magnitude_bits(from_i128(-1)) == 1);
+    CHECK(fix_magnitude_bits(from_i128(static_cast<i128>(1) << 64)) == 65);
+    CHECK(fix_lowest_bit(from_i128(-(static_cast<i128>(1) << 100))) == 100);
+    CHECK(to_i128(fix_shift_up(~uint64_t{0}, 70)) == -(static_cast<i128>(1) << 70));
+}
+
 void test_fix_rounding() {
     std::mt19937_64 rng(3);
     int ok32 = 1, ok64 = 1;
@@ -192,6 +224,7 @@ int main() {
     RUN(test_gate_round_trip);
     RUN(test_gate_limits);
     RUN(test_fix_integer_ops);
+    RUN(test_fix_compact);
     RUN(test_fix_rounding);
     RUN(test_exp_double);
     RUN(test_bf16);

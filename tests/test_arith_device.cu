@@ -33,6 +33,8 @@ struct Results {
     uint32_t kspa;
     uint64_t pair;
     uint32_t bf16;
+    uint32_t lowest_bit, magnitude_bits;   // of x (x non-zero for the first)
+    Fix compact;                          // x >> its lowest bit, shifted back up
 };
 
 SDM_HD uint64_t bits64(double d) {
@@ -52,6 +54,12 @@ SDM_HD Results evaluate(const Operands& o) {
     r.kspa = f32_bits(neg_beta_scaled_f32(o.beta, o.v, e));
     r.pair = bits64(pair_term_add(pair_term_add(0.0, o.v, o.w, o.x, o.y), o.w, o.v, o.y, o.x));
     r.bf16 = bf16_from_f32(f32_from_bits(r.scaled));
+    r.magnitude_bits = static_cast<uint32_t>(fix_magnitude_bits(o.x));
+    if (!fix_is_zero(o.x)) {
+        const int s = fix_lowest_bit(o.x);
+        r.lowest_bit = static_cast<uint32_t>(s);
+        r.compact = fix_shift_up(fix_shift_down(o.x, s), s);   // x only where x >> s fits 64 bits
+    }
     return r;
 }
 
@@ -116,8 +124,8 @@ int main() {
     cudaFree(d_out);
 
     const char* names[] = {"fix_to_f32", "fix_to_f64", "exp_fix", "gate_to_fix", "scaled_f32",
-                           "neg_beta_scaled_f32", "pair_term_add", "bf16_from_f32"};
-    long mismatches[8] = {};
+                           "neg_beta_scaled_f32", "pair_term_add", "bf16_from_f32", "fix compact form"};
+    long mismatches[9] = {};
     for (int i = 0; i < kSamples; ++i) {
         const Results h = evaluate(in[i]);
         const Results& d = dev[i];
@@ -129,9 +137,11 @@ int main() {
         mismatches[5] += h.kspa != d.kspa;
         mismatches[6] += h.pair != d.pair;
         mismatches[7] += h.bf16 != d.bf16;
+        mismatches[8] += h.lowest_bit != d.lowest_bit || h.magnitude_bits != d.magnitude_bits ||
+                         h.compact.lo != d.compact.lo || h.compact.hi != d.compact.hi;
     }
     long total = 0;
-    for (int f = 0; f < 8; ++f) {
+    for (int f = 0; f < 9; ++f) {
         std::printf("%-20s %ld of %d samples differ\n", names[f], mismatches[f], kSamples);
         total += mismatches[f];
     }

@@ -704,6 +704,7 @@ void run_comparison_families(Tally& t, const Options& o, cudaStream_t stream) {
     run_cases(t, "streams", stream_cases(o), o, stream);
     run_cases(t, "largest", largest_cases(o), o, stream);
     run_cases(t, "bench_shapes", bench_shape_cases(o), o, stream);
+    run_cases(t, "two_blocks", two_block_cases(o), o, stream);
 }
 
 // One API family; an exception outside its checks (in its setup) counts as a failed check.
@@ -753,6 +754,10 @@ int main(int argc, char** argv) {
     if (!o.cpu_only && !device_present()) {
         std::printf("no CUDA device: skipped\n");
         return 77;
+    }
+    if (!o.cpu_only && cudaDeviceGetAttribute(&o.sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) {
+        std::printf("cudaDeviceGetAttribute failed\n");
+        return 1;
     }
     try {
         return run(o);
