@@ -196,7 +196,7 @@ __device__ __forceinline__ uint32_t count_terms(const Arrays& arr, const Walker&
     return m;
 }
 
-// A walker with more terms than the list holds (a group with over kMinTerms earlier writes:
+// A walker with more terms than the list holds (at least two terms a thread: only with
 // slots repeated within tokens). The block walks its group together, a position a thread a
 // round; each round's terms go to the list in walk order and one thread per column adds
 // that column's terms in order.
