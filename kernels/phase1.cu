@@ -128,26 +128,34 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     const int n = s.C * (s.W + s.R);
     LaunchConfig c{};
     c.narrow_counts = n < 65536;
+    // Sets c.threads and c.smem_limit for `blocks` blocks an SM of `threads`, and per_sm;
+    // *fits: the core arrays are on chip and the device holds that many such blocks.
+    int per_sm = 0;
+    const auto size_for = [&](int threads, int blocks, bool* fits) {
+        c.threads = threads;
+        cudaError_t err = smem_room(kernel_for(c), device, blocks, &c.smem_limit);
+        const ArrayLayout l = chunk_layout(s, threads, c.smem_limit);
+        if (err == cudaSuccess) {
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(c), threads, l.smem_bytes);
+        }
+        *fits = core_arrays_in_smem(l) && per_sm >= blocks;
+        return err;
+    };
     // Two half-size blocks an SM run two chunks at once, each overlapping the other's
     // barriers and memory waits (measured: S1 1.05x, S4 1.08x faster than one full block),
-    // where every SM gets two chunks and the core arrays stay on chip.
+    // where every SM gets two chunks and both blocks keep their core arrays on chip.
     bool half = false;
     if (c.narrow_counts && s.N >= 2 * static_cast<int64_t>(sms)) {
-        c.threads = kMaxThreads / 2;
-        e = smem_room(kernel_for(c), device, 2, &c.smem_limit);
+        e = size_for(kMaxThreads / 2, 2, &half);
         if (e != cudaSuccess) return e;
-        half = core_arrays_in_smem(chunk_layout(s, c.threads, c.smem_limit));
     }
     if (!half) {
-        c.threads = kMaxThreads;
-        e = smem_room(kernel_for(c), device, 1, &c.smem_limit);
+        bool on_chip;   // the full-size block runs whether or not its arrays fit on chip
+        e = size_for(kMaxThreads, 1, &on_chip);
         if (e != cudaSuccess) return e;
     }
     const ArrayLayout layout = chunk_layout(s, c.threads, c.smem_limit);
     c.smem_bytes = layout.smem_bytes;
-    int per_sm = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(c), c.threads, c.smem_bytes);
-    if (e != cudaSuccess) return e;
     const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
     int64_t grid = std::min<int64_t>(s.N, resident);
     if (layout.global_bytes != 0) {
