@@ -2,9 +2,8 @@
 // keys are distinct and their order is the stable order by slot), its values are kept by
 // entry, its gates become fixed-point numbers (with per-token gates also their
 // exponentials; their lowest and highest bits decide the log-cumsums' form, log_shift), and
-// the walker masks are cleared. Bad ids and gates are recorded, never
-// used: such an id sorts as padding, such a gate counts as 0, so every later index stays in
-// range.
+// the walker masks are cleared. Bad ids and gates are recorded, never used: such an id sorts
+// as padding, such a gate counts as 0, so every later index stays in range.
 #ifndef SDM_P1_KERNELS_STAGE_LOAD_CUH
 #define SDM_P1_KERNELS_STAGE_LOAD_CUH
 
