@@ -28,11 +28,14 @@ size_t stage_bytes() {
     return align16(sort > pairs ? sort : pairs);
 }
 
-// The two kernels' configurations: a full block per chunk, or a half-size block with 16-bit
-// counts (n < 2^16) when two such blocks fit an SM with the chunk's core arrays on chip.
+// Whether the chunk's counts and positions fit 16 bits (they run up to n = C * (W + R)). The
+// layout and the kernel's Count type both follow this one rule.
+bool narrow_counts(const KernelShape& s) { return s.C * (s.W + s.R) < 65536; }
+
+// The layout of a chunk's arrays for blocks of `threads` (a full block per chunk, or a
+// half-size one, two to an SM) with `smem_limit` bytes of shared memory a block.
 ArrayLayout chunk_layout(const KernelShape& s, int threads, size_t smem_limit) {
-    const int n = s.C * (s.W + s.R);
-    const int count_bytes = n < 65536 ? 2 : 4;
+    const int count_bytes = narrow_counts(s) ? 2 : 4;
     const size_t stage = threads == kMaxThreads ? stage_bytes<kMaxThreads>() : stage_bytes<kMaxThreads / 2>();
     return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, count_bytes, stage, smem_limit);
 }
@@ -125,9 +128,8 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     int sms = 0;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess) return e;
-    const int n = s.C * (s.W + s.R);
     LaunchConfig c{};
-    c.narrow_counts = n < 65536;
+    c.narrow_counts = narrow_counts(s);
     // Sets c.threads and c.smem_limit for `blocks` blocks an SM of `threads`, and per_sm;
     // *fits: the core arrays are on chip and the device holds that many such blocks.
     int per_sm = 0;
