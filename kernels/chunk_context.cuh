@@ -86,6 +86,14 @@ struct LogArray {
     __device__ Fix get(uint32_t r) const {
         return shift >= 0 ? fix_shift_up(low[r], shift) : Fix{low[r], high[r]};
     }
+    // The stored words at r (the compact form: the low word alone).
+    __device__ Fix raw(uint32_t r) const { return shift >= 0 ? Fix{low[r], 0u} : Fix{low[r], high[r]}; }
+    // exp(log_i - log_j) of two stored values of one group (their difference, a sum of at
+    // most C gates, fits the compact form too), as exp_fix of the exact difference.
+    __device__ double exp_diff(Fix raw_i, Fix raw_j) const {
+        if (shift >= 0) return exp_compact(static_cast<int64_t>(raw_i.lo - raw_j.lo), shift);
+        return exp_fix(fix_sub(raw_i, raw_j));
+    }
     __device__ void set(uint32_t r, Fix x) const {
         if (shift >= 0) {
             low[r] = fix_shift_down(x, shift);
@@ -223,26 +231,43 @@ __device__ T* array_at(const Place& p, char* smem, char* global) {
     return p.bytes == 0 ? nullptr : reinterpret_cast<T*>((p.in_smem ? smem : global) + p.offset);
 }
 
+// The address of a core array (core_arrays_in_smem) placed at p. With OnChip (the layout
+// keeps every core array in shared memory) it is known to be in shared memory, so the
+// compiler emits shared-memory accesses with 32-bit addresses instead of generic ones.
+template <typename T, bool OnChip>
+__device__ T* core_array_at(const Place& p, char* smem, char* global) {
+    if (OnChip) return p.bytes == 0 ? nullptr : reinterpret_cast<T*>(smem + p.offset);
+    return array_at<T>(p, smem, global);
+}
+
 // smem: the block's dynamic shared memory; global: its slice of global scratch.
-template <typename Count>
+template <typename Count, bool OnChip>
 __device__ ChunkArrays<Count> bind_arrays(char* smem, char* global, const ArrayLayout& l) {
     ChunkArrays<Count> a;
     const uint32_t st = l.stride;
-    a.keys = InterleavedKeys{array_at<uint64_t>(l.log_low, smem, global), st};
+    a.keys = InterleavedKeys{core_array_at<uint64_t, OnChip>(l.log_low, smem, global), st};
     a.keys_alt = InterleavedKeys{array_at<uint64_t>(l.log_high, smem, global), st};
     a.log = LogArray{a.keys, a.keys_alt, kWideLog};
-    a.payload = InterleavedWords{array_at<uint32_t>(l.payload, smem, global), st};
-    a.writes = Interleaved<Count>{array_at<Count>(l.writes, smem, global), st};
-    a.before = Interleaved<Count>{array_at<Count>(l.before, smem, global), st};
-    a.end = Interleaved<Count>{array_at<Count>(l.end, smem, global), st};
-    a.firsts = Interleaved<Count>{array_at<Count>(l.firsts, smem, global), st};
-    a.position = array_at<Count>(l.position, smem, global);
-    a.value = array_at<float>(l.value, smem, global);
+    a.payload = InterleavedWords{core_array_at<uint32_t, OnChip>(l.payload, smem, global), st};
+    a.writes = Interleaved<Count>{core_array_at<Count, OnChip>(l.writes, smem, global), st};
+    a.before = Interleaved<Count>{core_array_at<Count, OnChip>(l.before, smem, global), st};
+    a.end = Interleaved<Count>{core_array_at<Count, OnChip>(l.end, smem, global), st};
+    a.firsts = Interleaved<Count>{core_array_at<Count, OnChip>(l.firsts, smem, global), st};
+    a.position = core_array_at<Count, OnChip>(l.position, smem, global);
+    a.value = core_array_at<float, OnChip>(l.value, smem, global);
     a.gate = array_at<Fix>(l.gate, smem, global);
     a.gate_exp = array_at<double>(l.gate_exp, smem, global);
-    a.walk_mask = array_at<uint32_t>(l.walk_mask, smem, global);
+    a.walk_mask = core_array_at<uint32_t, OnChip>(l.walk_mask, smem, global);
     return a;
 }
+
+// Divisions by a launch's run-time constants (Divider: a multiply and a shift each).
+struct Dividers {
+    Divider W, R, WR;    // W, R, W + R
+    Divider C;
+    Divider gate_width;
+    Divider tile;        // rec_tile
+};
 
 // Inputs, outputs and constants of one launch.
 struct KernelArgs {
@@ -259,6 +284,7 @@ struct KernelArgs {
     ArrayLayout layout;
     int entry_bits;             // bits of an entry index in a sort key
     int key_bits;               // significant bits of a sort key
+    Dividers div;
     DeviceStatus* status;
     uint64_t* chunk_value;
 };

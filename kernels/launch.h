@@ -43,6 +43,7 @@ struct LaunchConfig {
     int grid;                 // blocks; each loops over chunks blockIdx.x, + gridDim.x, ...
     int threads;              // per block: 512, or 256 for two blocks an SM
     bool narrow_counts;       // the chunk's counts and positions in 16 bits (n < 2^16)
+    bool on_chip;             // the core arrays in shared memory (the kernel knows it)
     size_t smem_bytes;        // dynamic shared memory per block
     size_t smem_limit;        // the most dynamic shared memory a block may have (the arrays
                               // that do not fit in it go to global scratch)

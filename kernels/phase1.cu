@@ -46,8 +46,9 @@ union ScanTemp {
     BlockScanTemp<uint32_t> pairs;
 };
 
-// One block per chunk (a persistent grid), Threads threads, counts and positions as Count.
-template <int Threads, typename Count>
+// One block per chunk (a persistent grid), Threads threads, counts and positions as Count;
+// OnChip: the layout keeps the core arrays in shared memory (core_arrays_in_smem).
+template <int Threads, typename Count, bool OnChip>
 __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
     phase1_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
                              : nullptr;
     char* const stage = smem + a.layout.stage;
     const size_t stage_room = a.layout.stage_room;
-    ChunkArrays<Count> arr = bind_arrays<Count>(smem, global, a.layout);
+    ChunkArrays<Count> arr = bind_arrays<Count, OnChip>(smem, global, a.layout);
     auto& sort_temp = *reinterpret_cast<SortTemp<Threads>*>(stage);
     // Room on chip for the merge rounds' searches, where a key buffer is in global scratch.
     const bool stage_keys = !(a.layout.log_low.in_smem && a.layout.log_high.in_smem) &&
@@ -98,9 +99,12 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
 
 using KernelFn = void (*)(KernelArgs);
 
+// The half-size block always has its core arrays on chip (configure); 32-bit counts mean a
+// chunk too large for shared memory.
 KernelFn kernel_for(const LaunchConfig& c) {
-    if (c.threads != kMaxThreads) return phase1_kernel<kMaxThreads / 2, uint16_t>;
-    return c.narrow_counts ? phase1_kernel<kMaxThreads, uint16_t> : phase1_kernel<kMaxThreads, uint32_t>;
+    if (c.threads != kMaxThreads) return phase1_kernel<kMaxThreads / 2, uint16_t, true>;
+    if (!c.narrow_counts) return phase1_kernel<kMaxThreads, uint32_t, false>;
+    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true> : phase1_kernel<kMaxThreads, uint16_t, false>;
 }
 
 // The most dynamic shared memory a block of `kernel` may use with `blocks` blocks an SM,
@@ -148,13 +152,28 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     // where every SM gets two chunks and both blocks keep their core arrays on chip.
     bool half = false;
     if (c.narrow_counts && s.N >= 2 * static_cast<int64_t>(sms)) {
+        c.on_chip = true;
         e = size_for(kMaxThreads / 2, 2, &half);
         if (e != cudaSuccess) return e;
     }
     if (!half) {
         bool on_chip;   // the full-size block runs whether or not its arrays fit on chip
+        c.on_chip = false;
         e = size_for(kMaxThreads, 1, &on_chip);
         if (e != cudaSuccess) return e;
+        if (on_chip && c.narrow_counts) {
+            // The kernel that knows its core arrays are on chip, where its own limits (its
+            // static shared memory) still hold them.
+            const LaunchConfig generic = c;
+            const int generic_per_sm = per_sm;
+            c.on_chip = true;
+            e = size_for(kMaxThreads, 1, &on_chip);
+            if (e != cudaSuccess) return e;
+            if (!on_chip) {
+                c = generic;
+                per_sm = generic_per_sm;
+            }
+        }
     }
     const ArrayLayout layout = chunk_layout(s, c.threads, c.smem_limit);
     c.smem_bytes = layout.smem_bytes;
@@ -195,6 +214,8 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     a.entry_bits = std::max(1, bit_width(static_cast<uint64_t>(n - 1)));
     // Slots run to num_keys (padding), so the keys need bit_width(num_keys) more bits.
     a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys));
+    a.div = Dividers{make_divider(s.W), make_divider(s.R), make_divider(s.W + s.R),
+                     make_divider(s.C), make_divider(s.gate_width), make_divider(s.rec_tile)};
     a.status = status;
     a.chunk_value = chunk_value;
     kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);

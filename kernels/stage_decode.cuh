@@ -18,14 +18,14 @@ __device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, Inte
         const uint64_t key = sorted[r];
         const int e = static_cast<int>(key & entry_mask);
         const uint64_t slot = key >> a.entry_bits;
-        const int t = e / WR, j = e - t * WR;
+        const int t = a.div.WR.div(e), j = e - t * WR;
         const bool is_q = j >= W;
         const int lane = is_q ? j - W : j;
         const bool valid = t < k.t_valid;
         bool head = r == 0 || !valid;
         if (!head) {
             const uint64_t prev = sorted[r - 1];
-            const int prev_t = static_cast<int>(prev & entry_mask) / WR;
+            const int prev_t = a.div.WR.div(static_cast<uint32_t>(prev & entry_mask));
             head = prev_t >= k.t_valid || (prev >> a.entry_bits) != slot;
         }
         arr.payload[r] = payload_word(t, lane, is_q, valid) | (head ? kHead : 0u);

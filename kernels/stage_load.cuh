@@ -29,7 +29,7 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
 #pragma unroll
         for (int b = 0; b < kLoadBatch; ++b) {
             const int e = e0 + b * blockDim.x;
-            const int t = e / WR, j = e - t * WR;
+            const int t = a.div.WR.div(e), j = e - t * WR;
             id[b] = 0;
             value[b] = 0.0f;
             if (e < k.n && t < k.t_valid) {
@@ -44,7 +44,7 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
         for (int b = 0; b < kLoadBatch; ++b) {
             const int e = e0 + b * blockDim.x;
             if (e >= k.n) break;
-            const int t = e / WR, j = e - t * WR;
+            const int t = a.div.WR.div(e), j = e - t * WR;
             uint64_t slot = padding_slot;
             if (t < k.t_valid) {
                 if (id[b] < k.id_base || id[b] - k.id_base >= s.num_keys) {
@@ -59,7 +59,7 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
     }
     int lowest = 128, bits = 0;   // over this thread's non-zero gates (log_shift)
     for (int x = threadIdx.x; x < s.C * gw; x += blockDim.x) {
-        const int t = x / gw, lane = x - t * gw;
+        const int t = a.div.gate_width.div(x), lane = x - t * gw;
         Fix f = fix_zero();
         if (t < k.t_valid && !gate_to_fix(a.g[(tok0 + t) * gw + lane], &f)) {
             atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(WR + lane));

@@ -157,7 +157,7 @@ struct Walker {
     bool qk;
     uint32_t r;
     float v;
-    Fix lr;
+    Fix lr;   // its log's stored words (LogArray::raw)
 };
 
 // Walker `idx` of the wave.
@@ -182,7 +182,7 @@ __device__ __forceinline__ Walker find_walker(const KernelArgs& a, const Arrays&
     w.qk = (u & 1) != 0;
     w.r = arr.position[w.i * (a.s.W + a.s.R) + (w.qk ? a.s.W : 0) + lane];
     w.v = entry_value(a, arr, arr.payload[w.r]);
-    w.lr = arr.log.get(w.r);
+    w.lr = arr.log.raw(w.r);
     *unit = lo;
     return w;
 }
@@ -219,7 +219,7 @@ __device__ __forceinline__ void long_walk(const KernelArgs& a, const Arrays& arr
         block_scan_begin(scan);
         block_scan_tile(incl, scan, Sum());
         if (is_term) {
-            pt.term[incl[0] - 1u] = pair_term(w.v, entry_value(a, arr, pp), w.lr, arr.log.get(p));
+            pt.term[incl[0] - 1u] = pair_term(w.v, entry_value(a, arr, pp), arr.log.exp_diff(w.lr, arr.log.raw(p)));
             pt.cell[incl[0] - 1u] = static_cast<uint8_t>(payload_token(pp));
         }
         if (t == threads - 1) listed = incl[0];
@@ -244,7 +244,7 @@ __device__ __forceinline__ void list_terms(const KernelArgs& a, const Arrays& ar
     uint32_t q = w.r, pq;
     bool more = true;
     for (uint32_t t = 0; t < m && next_term(arr, w.i, w.qk, &q, &more, &pq); ++t) {
-        pt.term[at + t] = pair_term(w.v, entry_value(a, arr, pq), w.lr, arr.log.get(q));
+        pt.term[at + t] = pair_term(w.v, entry_value(a, arr, pq), arr.log.exp_diff(w.lr, arr.log.raw(q)));
         pt.cell[at + t] = static_cast<uint8_t>(payload_token(pq));
     }
 }
@@ -310,7 +310,8 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
             b0 = b1;
         }
         for (int x = threadIdx.x; x < wave * C; x += blockDim.x) {
-            const int u = u0 + x / C, j = x % C;
+            const int xc = a.div.C.div(x);
+            const int u = u0 + xc, j = x - xc * C;
             const int i = u >> 1;
             if (u & 1) {
                 out_qk[i * C + j] = j <= i ? to_f32(pt.rows[x]) : 0.0f;

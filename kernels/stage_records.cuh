@@ -34,11 +34,18 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
     e.payload = p;
     e.before = arr.before[r];
     e.after = !valid ? 0u : is_q ? (end - r) - writes_after : writes_after;
-    e.log = arr.log.get(r);
     // A valid write with no valid write before it in its group has its own gate as log.
     const bool own_gate = arr.gate_exp && valid && !is_q && e.before == 0u;
-    e.exp_log = own_gate ? arr.gate_exp[t] : exp_fix(e.log);
-    e.rex = fix_sub(arr.log.get(end), e.log);
+    if (own_gate) e.exp_log = arr.gate_exp[t];
+    const bool with_exp_rex = a.out.krec != nullptr;
+    if (arr.log.shift >= 0) {
+        const int64_t log = static_cast<int64_t>(arr.log.low[r]);
+        const int64_t rex = static_cast<int64_t>(arr.log.low[end] - arr.log.low[r]);   // exact: |rex| < 2^63
+        set_log_facts_compact(e, log, rex, arr.log.shift, !is_q, with_exp_rex, own_gate);
+    } else {
+        const Fix log = arr.log.get(r);
+        set_log_facts(e, log, fix_sub(arr.log.get(end), log), !is_q, with_exp_rex, own_gate);
+    }
     const int64_t tok = k.c * s.C + t;
     e.value = valid ? arr.value[t * WR + (is_q ? s.W : 0) + lane] : 0.0f;
     // The slot only goes into the records.
@@ -70,15 +77,15 @@ template <class Arrays>
 __device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                      const ChunkShared& sh) {
     const KernelShape& s = a.s;
-    const ChunkFacts f{k.c, s.C, s.W, s.R, s.rec_tile, k.id_base, s.bf16, a.out.kspa ? a.beta : nullptr};
+    const ChunkFacts f{k.c, s.C, s.W, s.R, s.rec_tile, k.id_base, s.bf16, a.out.kspa ? a.beta : nullptr, a.div.tile};
     for (int x = threadIdx.x; x < s.C * s.W; x += blockDim.x) {
-        const int t = x / s.W, lane = x - t * s.W;
+        const int t = a.div.W.div(x), lane = x - t * s.W;
         const EntryFacts e = entry_facts(a, k, arr, t, lane, false, sh.valid_groups);
         write_entry_outputs(a.out, f, e);
         mark_walker(a, arr, t, lane, false, e.payload);
     }
     for (int x = threadIdx.x; x < s.C * s.R; x += blockDim.x) {
-        const int t = x / s.R, lane = x - t * s.R;
+        const int t = a.div.R.div(x), lane = x - t * s.R;
         const EntryFacts e = entry_facts(a, k, arr, t, lane, true, sh.valid_groups);
         write_entry_outputs(a.out, f, e);
         mark_walker(a, arr, t, lane, true, e.payload);

@@ -98,6 +98,37 @@ SDM_HD int32_t sorted_element(uint32_t payload, uint32_t before, uint32_t after,
 }
 
 // ---------------------------------------------------------------------------------------
+// Division by a run-time constant
+
+// x / d and x % d for 0 <= x < 2^31 and 1 <= d < 2^31 by a multiply-high, an add and a shift
+// (a hardware integer division is a sequence of about 20 instructions on a GPU). With
+// shift = ceil(log2(d)) and magic = floor(2^32 (2^shift - d) / d) + 1, the quotient is
+// (mulhi(x, magic) + x) >> shift (Granlund and Montgomery's round-up method); the sum fits
+// 32 bits because mulhi(x, magic) <= x < 2^31.
+struct Divider {
+    uint32_t d;
+    uint32_t magic;
+    uint32_t shift;
+
+    SDM_HD uint32_t div(uint32_t x) const {
+#if defined(__CUDA_ARCH__)
+        const uint32_t hi = __umulhi(x, magic);
+#else
+        const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(x) * magic) >> 32);
+#endif
+        return (hi + x) >> shift;
+    }
+    SDM_HD uint32_t mod(uint32_t x) const { return x - div(x) * d; }
+};
+
+SDM_HD Divider make_divider(uint32_t d) {
+    uint32_t shift = 0;
+    while ((uint64_t{1} << shift) < d) ++shift;
+    const uint64_t magic = (uint64_t{1} << 32) * ((uint64_t{1} << shift) - d) / d + 1u;
+    return Divider{d, static_cast<uint32_t>(magic), shift};
+}
+
+// ---------------------------------------------------------------------------------------
 // Correctly rounded IEEE operations (no contraction on either side).
 
 #if defined(__CUDA_ARCH__)
@@ -248,9 +279,13 @@ SDM_HD double pow2_double(int k) {
 #if defined(__CUDA_ARCH__)
 SDM_HD double u64_to_f64(uint64_t m) { return __ull2double_rn(m); }
 SDM_HD float u64_to_f32(uint64_t m) { return __ull2float_rn(m); }
+SDM_HD double i64_to_f64(int64_t m) { return __ll2double_rn(m); }
+SDM_HD float i64_to_f32(int64_t m) { return __ll2float_rn(m); }
 #else
 SDM_HD double u64_to_f64(uint64_t m) { return static_cast<double>(m); }   // round to nearest
 SDM_HD float u64_to_f32(uint64_t m) { return static_cast<float>(m); }
+SDM_HD double i64_to_f64(int64_t m) { return static_cast<double>(m); }
+SDM_HD float i64_to_f32(int64_t m) { return static_cast<float>(m); }
 #endif
 
 // The double nearest to a fixed-point value (ties to even); 0 gives +0. The conversion of the
@@ -341,6 +376,17 @@ SDM_HD double exp_double(double x) {
 // exp of a fixed-point log value (exp_double(0) is exactly 1: the shortcut changes no bit).
 SDM_HD double exp_fix(Fix x) { return fix_is_zero(x) ? 1.0 : exp_double(fix_to_f64(x)); }
 
+// The same three functions of a value in the kernels' compact form, v * 2^(s - 96) with v a
+// signed 64-bit integer and 0 <= s < 128 (fix_shift_down): equal to fix_to_f64,
+// fix_to_f32 and exp_fix of fix_shift_up(v, s), bit for bit, since each rounds the same exact
+// value once to nearest even (the conversion of v rounds; the power-of-two scaling is exact
+// as |value| >= 2^-96 and < 2^127). A few instructions instead of the 128-bit path.
+SDM_HD double compact_to_f64(int64_t v, int s) { return dmul(i64_to_f64(v), pow2_double(s - 96)); }
+SDM_HD float compact_to_f32(int64_t v, int s) {
+    return to_f32(dmul(static_cast<double>(i64_to_f32(v)), pow2_double(s - 96)));
+}
+SDM_HD double exp_compact(int64_t v, int s) { return v == 0 ? 1.0 : exp_double(compact_to_f64(v, s)); }
+
 // ---------------------------------------------------------------------------------------
 // Output values
 
@@ -359,8 +405,12 @@ struct PairTerm {
     double e;
 };
 
+// e = exp(log_i - log_j), by exp_fix of the exact difference (or exp_compact).
+SDM_HD PairTerm pair_term(float v_i, float v_j, double e) {
+    return PairTerm{dmul(static_cast<double>(v_i), static_cast<double>(v_j)), e};
+}
 SDM_HD PairTerm pair_term(float v_i, float v_j, Fix log_i, Fix log_j) {
-    return PairTerm{dmul(static_cast<double>(v_i), static_cast<double>(v_j)), exp_fix(fix_sub(log_i, log_j))};
+    return pair_term(v_i, v_j, exp_fix(fix_sub(log_i, log_j)));
 }
 
 // A term added to its cell's running double sum by one fused multiply-add. Canonical order
@@ -456,6 +506,7 @@ struct ChunkFacts {
     int64_t id_base;      // first slot id of the chunk's stream
     bool bf16;            // value dtype
     const float* beta;    // [N, C] (kspa), or null when not requested
+    Divider tile;         // make_divider(L)
 };
 
 // One entry at sorted position r.
@@ -463,9 +514,12 @@ struct EntryFacts {
     uint32_t r;
     uint32_t payload;        // its payload word, head bit set, LastK bit not
     uint32_t before, after;  // peers (valid entries of its kind) before / after it in its group
-    Fix log;                 // inclusive log-cumsum of its group at r
-    double exp_log;          // exp_fix(log)
-    Fix rex;                 // sum of the group's gates after r
+    // Of the group's inclusive log-cumsum at r (log) and the sum of its gates after r (rex),
+    // each exact in fixed point: log and rex rounded to float32 (fix_to_f32), exp_fix(log),
+    // exp_fix(log + rex) (write entries), exp_fix(rex) (write entries when krec is
+    // requested; else unused).
+    float log_f32, rex_f32;
+    double exp_log, exp_total, exp_rex;
     float value;             // k_val / q_val (0 for padding)
     int64_t slot_key;        // slot id - id_base (valid entries)
     uint32_t row_index;      // its index in the write (K) or read (Q) row
@@ -485,18 +539,16 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
     const int32_t elem = sorted_element(p, e.before, e.after, valid);
     const bool first = (static_cast<uint32_t>(elem) & kSortedFirst) != 0u;
     const int32_t slot = valid ? static_cast<int32_t>(e.slot_key + f.id_base) : 0;
-    const uint32_t L = static_cast<uint32_t>(f.L);
     const int64_t j = e.row_index;
+    const bool tile_start = f.tile.mod(e.row_index) == 0u;
     const double e_log = e.exp_log;
     if (!is_q) {
-        const int nk = f.C * f.W, ntk = (nk + f.L - 1) / f.L, nwk = (nk + 31) / 32;
+        const int nk = f.C * f.W, nwk = (nk + 31) / 32;
         const int64_t cw = f.c * nk;
         const int64_t o = cw + t * f.W + lane;
-        // cpe = exp(log + rex): the same argument as e_log when rex is 0.
-        const double e_total = fix_is_zero(e.rex) ? e_log : exp_fix(fix_add(e.log, e.rex));
-        const float cpe_stored = store_value(out.cpe, f.bf16, o, to_f32(e_total));
-        out.log_k[o] = fix_to_f32(e.log);
-        out.rex[o] = fix_to_f32(e.rex);
+        const float cpe_stored = store_value(out.cpe, f.bf16, o, to_f32(e.exp_total));
+        out.log_k[o] = e.log_f32;
+        out.rex[o] = e.rex_f32;
         store_value(out.k_eff, f.bf16, o, scaled_f32(e.value, e_log));
         const bool last = valid && e.after == 0u;
         if (out.is_last) {
@@ -506,13 +558,14 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
         if (out.pos_k) out.pos_k[o] = packed;
         if (out.spay_k) out.spay_k[cw + j] = elem;
         if (out.krec) {
-            put_record4(out.krec, cw + j, elem, slot, scaled_f32(e.value, exp_fix(e.rex)), cpe_stored);
+            put_record4(out.krec, cw + j, elem, slot, scaled_f32(e.value, e.exp_rex), cpe_stored);
         }
         if (out.kspa) {
             out.kspa[cw + j] = valid ? neg_beta_scaled_f32(f.beta[f.c * f.C + t], e.value, e_log) : 0.0f;
         }
-        if (j % L == 0u) {
-            const int64_t tile = f.c * (ntk + 1) + static_cast<int64_t>(j / L);
+        if (tile_start && (out.tiles_k || out.segb_k)) {
+            const int ntk = (nk + f.L - 1) / f.L;
+            const int64_t tile = f.c * (ntk + 1) + static_cast<int64_t>(f.tile.div(e.row_index));
             if (out.tiles_k) {
                 const int64_t next = j + e.after + 1u;
                 out.tiles_k[tile] = first ? static_cast<int32_t>(j) : static_cast<int32_t>(next < nk ? next : nk);
@@ -522,10 +575,10 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
         if (out.dc_kpos) out.dc_kpos[o] = (valid && e.before == 0u) ? e.groups_before : -1;
         if (out.dc_bpre && j % 32u == 0u) out.dc_bpre[f.c * (nwk + 1) + j / 32u] = e.groups_before;
     } else {
-        const int nq = f.C * f.R, ntq = (nq + f.L - 1) / f.L;
+        const int nq = f.C * f.R;
         const int64_t cr = f.c * nq;
         const int64_t o = cr + t * f.R + lane;
-        out.log_q[o] = fix_to_f32(e.log);
+        out.log_q[o] = e.log_f32;
         const float qw = scaled_f32(e.value, e_log);
         store_value(out.q_w, f.bf16, o, qw);
         if (out.pos_q) out.pos_q[o] = packed;
@@ -540,12 +593,38 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
             out.qrec8[2 * (cr + j)] = slot;
             out.qrec8[2 * (cr + j) + 1] = static_cast<int32_t>(f32_bits(qw));
         }
-        if (out.tiles_q && j % L == 0u) {
+        if (out.tiles_q && tile_start) {
+            const int ntq = (nq + f.L - 1) / f.L;
             const int64_t next = j + e.after + 1u;
-            out.tiles_q[f.c * (ntq + 1) + static_cast<int64_t>(j / L)] =
+            out.tiles_q[f.c * (ntq + 1) + static_cast<int64_t>(f.tile.div(e.row_index))] =
                 first ? static_cast<int32_t>(j) : static_cast<int32_t>(next < nq ? next : nq);
         }
     }
+}
+
+// The log facts of entry e (EntryFacts) from its exact log and rex; e.exp_log is taken as
+// given where exp_log_known (a backend may know it: a write with no earlier write in its
+// group has its own gate as log). exp_rex only with_exp_rex (krec requested).
+SDM_HD void set_log_facts(EntryFacts& e, Fix log, Fix rex, bool is_write, bool with_exp_rex, bool exp_log_known) {
+    e.log_f32 = fix_to_f32(log);
+    if (!exp_log_known) e.exp_log = exp_fix(log);
+    if (!is_write) return;
+    // cpe = exp(log + rex): the same argument as exp_log when rex is 0.
+    e.rex_f32 = fix_to_f32(rex);
+    e.exp_total = fix_is_zero(rex) ? e.exp_log : exp_fix(fix_add(log, rex));
+    if (with_exp_rex) e.exp_rex = exp_fix(rex);
+}
+
+// The same from log and rex in the kernels' compact form with shift s (compact_to_f64): the
+// same bits.
+SDM_HD void set_log_facts_compact(EntryFacts& e, int64_t log, int64_t rex, int s, bool is_write, bool with_exp_rex,
+                                  bool exp_log_known) {
+    e.log_f32 = compact_to_f32(log, s);
+    if (!exp_log_known) e.exp_log = exp_compact(log, s);
+    if (!is_write) return;
+    e.rex_f32 = compact_to_f32(rex, s);
+    e.exp_total = rex == 0 ? e.exp_log : exp_compact(log + rex, s);
+    if (with_exp_rex) e.exp_rex = exp_compact(rex, s);
 }
 
 // The last element of each tile index of a chunk, once its valid groups are counted.

@@ -156,6 +156,50 @@ void test_fix_compact() {
     CHECK(to_i128(fix_shift_up(~uint64_t{0}, 70)) == -(static_cast<i128>(1) << 70));
 }
 
+// The compact form's conversions round the exact value correctly and agree with the 128-bit
+// path bit for bit, ties included.
+void test_compact_conversions() {
+    std::mt19937_64 rng(8);
+    int rounds = 1, same = 1;
+    for (int i = 0; i < 200000; ++i) {
+        const int bits = 1 + static_cast<int>(rng() % 63);
+        const int s = static_cast<int>(rng() % static_cast<uint64_t>(128 - bits));
+        int64_t v = static_cast<int64_t>(rng() >> (64 - bits));
+        if (i % 5 == 0 && bits > 30) v = (v >> (bits - 25)) << (bits - 25) | (int64_t{1} << (bits - 26));   // f32 tie
+        if (i % 5 == 1 && bits > 58) v = (v >> (bits - 54)) << (bits - 54) | (int64_t{1} << (bits - 55));   // f64 tie
+        if (rng() & 1) v = -v;
+        const i128 x = static_cast<i128>(static_cast<u128>(static_cast<i128>(v)) << s);
+        const Fix f = fix_shift_up(static_cast<uint64_t>(v), s);
+        rounds &= rounds_correctly(x, compact_to_f32(v, s), 24) && rounds_correctly(x, compact_to_f64(v, s), 53);
+        same &= f32_bits(compact_to_f32(v, s)) == f32_bits(fix_to_f32(f)) &&
+                compact_to_f64(v, s) == fix_to_f64(f) && exp_compact(v, s) == exp_fix(f);
+    }
+    CHECK(rounds);
+    CHECK(same);
+    CHECK(f32_bits(compact_to_f32(0, 40)) == 0u && exp_compact(0, 7) == 1.0);
+    CHECK(compact_to_f64(-3, 95) == -1.5);
+}
+
+// Divider against the hardware's division: every numerator below 2^18 for small divisors
+// (the chunk's lanes, tokens and tiles), random ones up to 2^31 - 1 for any divisor.
+void test_divider() {
+    int ok = 1;
+    for (uint32_t d = 1; d <= 300; ++d) {
+        const Divider dv = make_divider(d);
+        for (uint32_t x = 0; x < (1u << 18); ++x) ok &= dv.div(x) == x / d && dv.mod(x) == x % d;
+    }
+    std::mt19937_64 rng(9);
+    for (int i = 0; i < 2000000; ++i) {
+        const uint32_t d = 1u + static_cast<uint32_t>(rng() >> (33 + rng() % 31));
+        const uint32_t x = i % 1000 == 0 ? 0x7FFFFFFFu : static_cast<uint32_t>(rng() >> 33);
+        const Divider dv = make_divider(d);
+        ok &= dv.div(x) == x / d && dv.mod(x) == x % d;
+    }
+    const Divider top = make_divider(0x7FFFFFFFu);
+    ok &= top.div(0x7FFFFFFFu) == 1u && top.div(0x7FFFFFFEu) == 0u;
+    CHECK(ok);
+}
+
 void test_fix_rounding() {
     std::mt19937_64 rng(3);
     int ok32 = 1, ok64 = 1;
@@ -225,6 +269,8 @@ int main() {
     RUN(test_gate_limits);
     RUN(test_fix_integer_ops);
     RUN(test_fix_compact);
+    RUN(test_compact_conversions);
+    RUN(test_divider);
     RUN(test_fix_rounding);
     RUN(test_exp_double);
     RUN(test_bf16);

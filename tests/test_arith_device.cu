@@ -3,6 +3,7 @@
 // equality with the CPU backend rests on. Exits 77 (a skip for meson) where no GPU is present.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -21,6 +22,9 @@ struct Operands {
     float gate;
     float v, w;   // values
     float beta;
+    int64_t cv;          // a value in the compact form cv * 2^(cs - 96)
+    int32_t cs;
+    uint32_t num, den;   // a division (Divider): num < 2^31, 1 <= den < 2^31
 };
 
 struct Results {
@@ -35,6 +39,11 @@ struct Results {
     uint32_t bf16;
     uint32_t lowest_bit, magnitude_bits;   // of x (x non-zero for the first)
     Fix compact;                          // x >> its lowest bit, shifted back up
+    // compact_to_f32, compact_to_f64 and exp_compact of (cv, cs), and fix_to_f32, fix_to_f64
+    // and exp_fix of fix_shift_up(cv, cs): they must agree.
+    uint32_t compact_f32, via_fix_f32;
+    uint64_t compact_f64, via_fix_f64, compact_exp, via_fix_exp;
+    uint32_t quotient, remainder;         // num / den, num % den by make_divider(den)
 };
 
 SDM_HD uint64_t bits64(double d) {
@@ -60,6 +69,16 @@ SDM_HD Results evaluate(const Operands& o) {
         r.lowest_bit = static_cast<uint32_t>(s);
         r.compact = fix_shift_up(fix_shift_down(o.x, s), s);   // x only where x >> s fits 64 bits
     }
+    r.compact_f32 = f32_bits(compact_to_f32(o.cv, o.cs));
+    r.compact_f64 = bits64(compact_to_f64(o.cv, o.cs));
+    r.compact_exp = bits64(exp_compact(o.cv, o.cs));
+    const Fix cx = fix_shift_up(static_cast<uint64_t>(o.cv), o.cs);
+    r.via_fix_f32 = f32_bits(fix_to_f32(cx));
+    r.via_fix_f64 = bits64(fix_to_f64(cx));
+    r.via_fix_exp = bits64(exp_fix(cx));
+    const Divider d = make_divider(o.den);
+    r.quotient = d.div(o.num);
+    r.remainder = d.mod(o.num);
     return r;
 }
 
@@ -104,6 +123,13 @@ int main() {
         o.v = random_float(rng, -140, 120);
         o.w = random_float(rng, -60, 60);
         o.beta = random_float(rng, -10, 2);
+        // Compact values of 0 to 63 bits, as the kernels keep log-cumsums (|value| < 2^31).
+        const int cbits = static_cast<int>(rng() % 64);
+        o.cs = static_cast<int32_t>(rng() % static_cast<uint64_t>(128 - std::max(cbits, 1)));
+        o.cv = cbits == 0 ? 0 : static_cast<int64_t>(rng() >> (64 - cbits));
+        if (rng() & 1) o.cv = -o.cv;
+        o.num = static_cast<uint32_t>(rng() >> 33);
+        o.den = 1u + static_cast<uint32_t>(rng() >> (33 + rng() % 31));
     }
     Operands* d_in = nullptr;
     Results* d_out = nullptr;
@@ -124,8 +150,9 @@ int main() {
     cudaFree(d_out);
 
     const char* names[] = {"fix_to_f32", "fix_to_f64", "exp_fix", "gate_to_fix", "scaled_f32",
-                           "neg_beta_scaled_f32", "pair_term_add", "bf16_from_f32", "fix compact form"};
-    long mismatches[9] = {};
+                           "neg_beta_scaled_f32", "pair_term_add", "bf16_from_f32", "fix compact form",
+                           "compact conversions", "Divider"};
+    long mismatches[11] = {};
     for (int i = 0; i < kSamples; ++i) {
         const Results h = evaluate(in[i]);
         const Results& d = dev[i];
@@ -139,9 +166,14 @@ int main() {
         mismatches[7] += h.bf16 != d.bf16;
         mismatches[8] += h.lowest_bit != d.lowest_bit || h.magnitude_bits != d.magnitude_bits ||
                          h.compact.lo != d.compact.lo || h.compact.hi != d.compact.hi;
+        // The device's compact conversions against the host's 128-bit path.
+        mismatches[9] += d.compact_f32 != h.via_fix_f32 || d.compact_f64 != h.via_fix_f64 ||
+                         d.compact_exp != h.via_fix_exp || h.compact_f32 != h.via_fix_f32 ||
+                         h.compact_f64 != h.via_fix_f64 || h.compact_exp != h.via_fix_exp;
+        mismatches[10] += d.quotient != in[i].num / in[i].den || d.remainder != in[i].num % in[i].den;
     }
     long total = 0;
-    for (int f = 0; f < 9; ++f) {
+    for (int f = 0; f < 11; ++f) {
         std::printf("%-20s %ld of %d samples differ\n", names[f], mismatches[f], kSamples);
         total += mismatches[f];
     }

@@ -198,7 +198,7 @@ void write_records(const Chunk& k, const sdm_p1_inputs& in, const OutputBuffers&
                    const ChunkScratch& s) {
     const Options& o = k.o;
     const ChunkFacts f{k.c, o.C, o.W, o.R, o.rec_tile, (k.c % o.P) * o.stream_offset, o.bf16,
-                       out.kspa ? in.beta : nullptr};
+                       out.kspa ? in.beta : nullptr, make_divider(static_cast<uint32_t>(o.rec_tile))};
     uint32_t jk = 0, jq = 0;   // index in the write / read row
     int32_t valid_groups = 0;  // valid groups that ended before (valid LAST writes)
     for (int r = 0; r < k.n; ++r) {
@@ -210,9 +210,7 @@ void write_records(const Chunk& k, const sdm_p1_inputs& in, const OutputBuffers&
         e.payload = p;
         e.before = s.before[r];
         e.after = s.after[r];
-        e.log = s.log[r];
-        e.exp_log = exp_fix(e.log);
-        e.rex = s.rex[r];
+        set_log_facts(e, s.log[r], s.rex[r], !is_q, out.krec != nullptr, false);
         e.value = s.value[r];
         e.slot_key = static_cast<int64_t>(s.sort_keys[r] >> kEntryBits);
         e.row_index = is_q ? jq++ : jk++;
