@@ -15,7 +15,7 @@ namespace cuda {
 // Threads per block: kMaxThreads, or half as many for chunks small enough that two blocks
 // share an SM (phase1.cu: configure). Static temporaries are sized for kMaxThreads.
 constexpr int kMaxThreads = 512;
-constexpr int kSortTile = 4096;           // keys per tile of the sort, whatever the block size
+constexpr int kSortTile = 4096;           // 64-bit keys per tile of the sort, whatever the block size
 constexpr int kScanItems = 8;             // positions per thread in a tile of the scans
 constexpr uint32_t kNoError = 0xFFFFFFFFu;
 

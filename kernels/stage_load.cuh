@@ -14,30 +14,37 @@ namespace cuda {
 
 constexpr int kLoadBatch = 4;
 
-template <class Arrays>
-__device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                      ChunkShared& sh) {
+// A value as float (the load stage reads bfloat16 bits or floats).
+__device__ __forceinline__ float value_of(uint16_t bf16) { return bf16_to_f32(bf16); }
+__device__ __forceinline__ float value_of(float f) { return f; }
+
+// The chunk's ids (as Id: int32_t or int64_t) become sort keys and its values (as Value:
+// uint16_t bfloat16 bits or float) are kept by entry. The element types are template
+// parameters so that the kLoadBatch loads of a thread are issued back to back and converted
+// after the last one: with the types chosen at run time the compiler converted each load
+// right after issuing it, waiting out every load's latency in turn.
+template <typename Id, typename Value, class Arrays>
+__device__ __forceinline__ void load_entries(const KernelArgs& a, const Chunk& k, const Arrays& arr,
+                                             ChunkShared& sh) {
     const KernelShape& s = a.s;
-    const int W = s.W, R = s.R, WR = W + R, gw = s.gate_width;
-    const uint32_t code_stride = static_cast<uint32_t>(WR + gw);
+    const int W = s.W, R = s.R, WR = W + R;
+    const uint32_t code_stride = static_cast<uint32_t>(WR + s.gate_width);
     const uint64_t padding_slot = static_cast<uint64_t>(s.num_keys);
     const int64_t tok0 = k.c * s.C;
-    // kLoadBatch entries a thread at a time: their loads are all issued before the first use.
     for (int e0 = threadIdx.x; e0 < k.n; e0 += kLoadBatch * blockDim.x) {
-        int64_t id[kLoadBatch];
-        float value[kLoadBatch];
+        Id id[kLoadBatch];
+        Value value[kLoadBatch];
 #pragma unroll
         for (int b = 0; b < kLoadBatch; ++b) {
             const int e = e0 + b * blockDim.x;
             const int t = a.div.WR.div(e), j = e - t * WR;
             id[b] = 0;
-            value[b] = 0.0f;
+            value[b] = 0;
             if (e < k.n && t < k.t_valid) {
                 const bool is_q = j >= W;
-                const int64_t tok = tok0 + t;
-                id[b] = is_q ? load_id(a.q_idx, s.idx64, tok * R + (j - W)) : load_id(a.k_idx, s.idx64, tok * W + j);
-                value[b] = is_q ? load_value(a.q_val, s.bf16, tok * R + (j - W))
-                                : load_value(a.k_val, s.bf16, tok * W + j);
+                const int64_t i = is_q ? (tok0 + t) * R + (j - W) : (tok0 + t) * W + j;
+                id[b] = static_cast<const Id*>(is_q ? a.q_idx : a.k_idx)[i];
+                value[b] = static_cast<const Value*>(is_q ? a.q_val : a.k_val)[i];
             }
         }
 #pragma unroll
@@ -45,32 +52,66 @@ __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk&
             const int e = e0 + b * blockDim.x;
             if (e >= k.n) break;
             const int t = a.div.WR.div(e), j = e - t * WR;
+            const int64_t slot_id = static_cast<int64_t>(id[b]);
             uint64_t slot = padding_slot;
             if (t < k.t_valid) {
-                if (id[b] < k.id_base || id[b] - k.id_base >= s.num_keys) {
+                if (slot_id < k.id_base || slot_id - k.id_base >= s.num_keys) {
                     atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(j));
                 } else {
-                    slot = static_cast<uint64_t>(id[b] - k.id_base);
+                    slot = static_cast<uint64_t>(slot_id - k.id_base);
                 }
             }
             arr.keys[e] = slot << a.entry_bits | static_cast<uint64_t>(e);
-            arr.value[e] = value[b];
+            arr.value[e] = value_of(value[b]);
         }
     }
+}
+
+template <class Arrays>
+__device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk& k, const Arrays& arr,
+                                      ChunkShared& sh) {
+    const KernelShape& s = a.s;
+    const int W = s.W, R = s.R, WR = W + R, gw = s.gate_width;
+    const uint32_t code_stride = static_cast<uint32_t>(WR + gw);
+    const int64_t tok0 = k.c * s.C;
+    if (s.idx64) {
+        if (s.bf16) {
+            load_entries<int64_t, uint16_t>(a, k, arr, sh);
+        } else {
+            load_entries<int64_t, float>(a, k, arr, sh);
+        }
+    } else if (s.bf16) {
+        load_entries<int32_t, uint16_t>(a, k, arr, sh);
+    } else {
+        load_entries<int32_t, float>(a, k, arr, sh);
+    }
     int lowest = 128, bits = 0;   // over this thread's non-zero gates (log_shift)
-    for (int x = threadIdx.x; x < s.C * gw; x += blockDim.x) {
-        const int t = a.div.gate_width.div(x), lane = x - t * gw;
-        Fix f = fix_zero();
-        if (t < k.t_valid && !gate_to_fix(a.g[(tok0 + t) * gw + lane], &f)) {
-            atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(WR + lane));
+    const int gates = s.C * gw;
+    for (int x0 = threadIdx.x; x0 < gates; x0 += kLoadBatch * blockDim.x) {
+        float g[kLoadBatch];   // loaded together, as the ids (padding tokens' are not read)
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int x = x0 + b * blockDim.x;
+            const int t = a.div.gate_width.div(x);
+            g[b] = x < gates && t < k.t_valid ? a.g[tok0 * gw + x] : 0.0f;
         }
-        arr.gate[x] = f;
-        if (!fix_is_zero(f)) {
-            lowest = min(lowest, fix_lowest_bit(f));
-            bits = max(bits, fix_magnitude_bits(f));
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int x = x0 + b * blockDim.x;
+            if (x >= gates) break;
+            const int t = a.div.gate_width.div(x), lane = x - t * gw;
+            Fix f = fix_zero();
+            if (t < k.t_valid && !gate_to_fix(g[b], &f)) {
+                atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(WR + lane));
+            }
+            arr.gate[x] = f;
+            if (!fix_is_zero(f)) {
+                lowest = min(lowest, fix_lowest_bit(f));
+                bits = max(bits, fix_magnitude_bits(f));
+            }
+            // A token's first write of a slot has its gate as log-cumsum: its exp, once per token.
+            if (arr.gate_exp) arr.gate_exp[x] = exp_fix(f);
         }
-        // A token's first write of a slot has its gate as log-cumsum: its exp, once per token.
-        if (arr.gate_exp) arr.gate_exp[x] = exp_fix(f);
     }
     if (bits != 0) {
         atomicMin(&sh.gate_lowest_bit, lowest);

@@ -1,8 +1,8 @@
 // Stage "sort": the chunk's sort keys (slot << entry_bits | entry, distinct) in ascending
-// order. Each tile of kSortTile keys, which arrive in entry order, is sorted on chip by CUB's
-// stable block radix sort on the slot bits alone (5 bits a pass), which orders it by the
-// whole key; longer rows are completed by merge rounds in which every key finds its output
-// place by a binary search in the other run.
+// order. Each tile of keys (sort_tile_keys), which arrive in entry order, is sorted on chip
+// by CUB's stable block radix sort on the slot bits alone (5 bits a pass), which orders it
+// by the whole key; longer rows are completed by merge rounds in which every key finds its
+// output place by a binary search in the other run.
 #ifndef SDM_P1_KERNELS_STAGE_SORT_CUH
 #define SDM_P1_KERNELS_STAGE_SORT_CUH
 
@@ -13,14 +13,23 @@
 namespace sdm_p1 {
 namespace cuda {
 
-// A tile is kSortTile keys whatever the block size, so chunks of up to 4096 entries need no
-// merge round in either kernel.
+// A tile of 64-bit keys is kSortTile keys whatever the block size, so chunks of up to 4096
+// entries need no merge round in either kernel.
 template <int Threads>
 using BlockSort = cub::BlockRadixSort<uint64_t, Threads, kSortTile / Threads, cub::NullType, 5>;
 // Keys of at most 32 significant bits (num_keys and n small enough, the usual case) are
-// sorted as 32-bit words: half the bytes through the sort's exchanges.
+// sorted as 32-bit words, 16 a thread: half the bytes through the sort's exchanges, and
+// 8192-key tiles in the full-size block (no merge round up to 8192 entries) in the room of
+// a 4096-key tile of 64-bit keys.
+constexpr int kSortItems32 = 16;
 template <int Threads>
-using BlockSort32 = cub::BlockRadixSort<uint32_t, Threads, kSortTile / Threads, cub::NullType, 5>;
+using BlockSort32 = cub::BlockRadixSort<uint32_t, Threads, kSortItems32, cub::NullType, 5>;
+
+// Keys a tile of the sort holds with keys of `key_bits` bits.
+template <int Threads>
+__device__ __forceinline__ int sort_tile_keys(int key_bits) {
+    return key_bits <= 32 ? kSortItems32 * Threads : kSortTile;
+}
 
 // The stage temporaries of the sort (either width).
 template <int Threads>
@@ -83,16 +92,17 @@ __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, con
                                                        SortTemp<Threads>& temp) {
     constexpr int kItems = kSortTile / Threads;
     const int n = k.n;
-    for (int base = 0; base < n; base += kSortTile) {
+    const int tile = sort_tile_keys<Threads>(a.key_bits);
+    for (int base = 0; base < n; base += tile) {
         if (a.key_bits <= 32) {
-            sort_tile<BlockSort32<Threads>, uint32_t, kItems>(a, keys, base, n, temp.narrow);
+            sort_tile<BlockSort32<Threads>, uint32_t, kSortItems32>(a, keys, base, n, temp.narrow);
         } else {
             sort_tile<BlockSort<Threads>, uint64_t, kItems>(a, keys, base, n, temp.wide);
         }
         __syncthreads();   // temp is reused by the next tile
     }
     InterleavedKeys src = keys, dst = alt;
-    for (int run = kSortTile; run < n; run *= 2) {
+    for (int run = tile; run < n; run *= 2) {
         InterleavedKeys search = src;
         if (staged) {
             copy_keys(staged, src, n);
