@@ -249,6 +249,26 @@ __device__ __forceinline__ void list_terms(const KernelArgs& a, const Arrays& ar
     }
 }
 
+// Adds terms [begin, end) of the list to their cells of `row`, in order. Each cell's next
+// value is read one term ahead, before the current term's sum is stored (and replaced by that
+// sum where both terms have the same cell), so the chain through shared memory does not
+// wait on a load for every term: the adds' order, and so every bit, stays that of the
+// plain loop.
+__device__ __forceinline__ void add_terms(const PairTemp& pt, double* row, uint32_t begin, uint32_t end) {
+    if (begin >= end) return;
+    uint32_t cell = pt.cell[begin];
+    double sum = row[cell];
+    for (uint32_t t = begin; t < end; ++t) {
+        const uint32_t next_cell = t + 1 < end ? pt.cell[t + 1] : cell;
+        const double next_sum = row[next_cell];   // read before this term's store
+        sum = pair_term_add(sum, pt.term[t]);
+        row[cell] = sum;
+        const bool same = next_cell == cell;
+        cell = next_cell;
+        sum = same ? sum : next_sum;
+    }
+}
+
 template <class Arrays>
 __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                           char* temp_base, size_t temp_room, BlockScanTemp<uint32_t>& scan) {
@@ -301,10 +321,7 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
             for (int x = threadIdx.x; x < wave; x += blockDim.x) {
                 const uint32_t lo = max(pt.first[x], b0), hi = min(pt.first[x + 1], b1);
                 if (lo >= hi) continue;
-                double* row = pt.rows + x * C;
-                for (uint32_t t = pt.offset[lo - b0]; t < pt.offset[hi - b0]; ++t) {
-                    row[pt.cell[t]] = pair_term_add(row[pt.cell[t]], pt.term[t]);
-                }
+                add_terms(pt, pt.rows + x * C, pt.offset[lo - b0], pt.offset[hi - b0]);
             }
             __syncthreads();
             b0 = b1;
