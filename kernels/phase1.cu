@@ -212,8 +212,10 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     a.scratch_per_block = config.scratch_per_block;
     a.layout = chunk_layout(s, config.threads, config.smem_limit);
     a.entry_bits = std::max(1, bit_width(static_cast<uint64_t>(n - 1)));
-    // Slots run to num_keys (padding), so the keys need bit_width(num_keys) more bits.
-    a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys));
+    // Slots run to num_keys - 1; padding entries take the largest slot these bits hold
+    // (stage "load"), which sorts them last all the same: a padding entry's index is above
+    // every valid entry's. One bit less where num_keys is a power of two (S6: 32-bit keys).
+    a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys - 1));
     a.div = Dividers{make_divider(s.W), make_divider(s.R), make_divider(s.W + s.R),
                      make_divider(s.C), make_divider(s.gate_width), make_divider(s.rec_tile)};
     a.status = status;

@@ -29,7 +29,9 @@ __device__ __forceinline__ void load_entries(const KernelArgs& a, const Chunk& k
     const KernelShape& s = a.s;
     const int W = s.W, R = s.R, WR = W + R;
     const uint32_t code_stride = static_cast<uint32_t>(WR + s.gate_width);
-    const uint64_t padding_slot = static_cast<uint64_t>(s.num_keys);
+    // The largest slot the keys hold (launch: key_bits): padding sorts after every valid
+    // entry, with a larger entry index where a valid entry has this slot.
+    const uint64_t padding_slot = (uint64_t{1} << (a.key_bits - a.entry_bits)) - 1u;
     const int64_t tok0 = k.c * s.C;
     for (int e0 = threadIdx.x; e0 < k.n; e0 += kLoadBatch * blockDim.x) {
         Id id[kLoadBatch];

@@ -77,6 +77,8 @@ inline CaseList cover_cases(const ListOptions& o) {
         // sorted distances at 4095; 31 repeats per token)
         spec("saturation-one-slot", 1, 256, 32, 4, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
         spec("hot-1-C256-W2", 1, 256, 2, 2, 1).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
+        // 37-bit keys (64-bit sort) in an 8192-entry chunk: a merge round of 64-bit keys
+        spec("wide-keys-merge", 2, 128, 32, 32, int64_t{1} << 24).gate_kind(Gates::Mixed).fields(rec),
     };
     if (o.quick) {   // the saturation chunk's pair sums are slow under the sanitizers
         c = thin(c, o, 3);
