@@ -302,6 +302,7 @@ struct ChunkShared {
     uint32_t error_code;     // first bad input (kNoError: none)
     uint32_t repeats;        // K entries repeating a slot of their token
     uint32_t valid_groups;   // groups with a valid K entry (their first K entries)
+    uint32_t walkers;        // valid entries with an earlier entry in their group
     int gate_lowest_bit;     // least lowest set bit of the chunk's non-zero gates (128: none)
     int gate_bits;           // most magnitude bits of its gates (log_shift)
 };

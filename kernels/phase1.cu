@@ -73,6 +73,7 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
             sh.error_code = kNoError;
             sh.repeats = 0;
             sh.valid_groups = 0;
+            sh.walkers = 0;
             sh.gate_lowest_bit = 128;
             sh.gate_bits = 0;
         }
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
         scan_forward(a, k, arr, sh, scan_temp.forward);
         scan_backward(a, k, arr, sh, scan_temp.backward);
         write_records(a, k, arr, sh);
-        pair_sums(a, k, arr, stage, stage_room, scan_temp.pairs);
+        pair_sums(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
         if (threadIdx.x == 0 && sh.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
                       static_cast<unsigned long long>(sh.repeats));

@@ -1,12 +1,15 @@
 // Stage "pair sums": a and qk. A unit is a row i of a (the writes of token i) or of qk (its
-// reads). Only walkers add terms: valid entries with an earlier entry in their slot group
-// (stage "records" marks them in per-unit lane masks). A walker walks its group from the
-// nearest earlier entry to the group's head and adds one term per write met (a: of another
-// token than i). Each cell is a double sum in the canonical order of pair_term_add: the
-// walkers of the unit in lane order, each one's terms in walk order.
+// reads). Only walkers add terms: valid entries with an earlier entry in their slot group.
+// A walker walks its group from the nearest earlier entry to the group's head and adds one
+// term per write met (a: of another token than i). Each cell is a double sum in the
+// canonical order of pair_term_add: the walkers of the unit in lane order, each one's terms
+// in walk order.
 //
-// Units run in waves whose double rows fit the shared buffer. In a wave the walkers are
-// numbered unit by unit, lane by lane, and handled in batches, one walker per thread:
+// Two paths. The warps take the units one at a time (pair_warp.cuh: no block barrier), and
+// leave to the block the units with a walker of many terms (long groups: hot slots, slots
+// repeated within tokens). The block path runs those in waves whose double rows fit the
+// shared buffer. In a wave the walkers (stage "records" marks them in per-unit lane masks)
+// are numbered unit by unit, lane by lane, and handled in batches, one walker per thread:
 //  1. each walker counts its terms; a block scan of the counts gives each its place in the
 //     batch's term list, and the batch takes the walkers whose terms fit the list;
 //  2. each walker computes its terms (the exps: in parallel over the block) into the list;
@@ -19,32 +22,10 @@
 
 #include "block_scan.cuh"
 #include "chunk_context.cuh"
+#include "pair_warp.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
-
-// k_val / q_val of the entry with payload p (stage "load" keeps them by entry).
-template <class Arrays>
-__device__ __forceinline__ float entry_value(const KernelArgs& a, const Arrays& arr, uint32_t p) {
-    const int t = payload_token(p);
-    const int lane = static_cast<int>(p & kLaneMask);
-    return arr.value[t * (a.s.W + a.s.R) + ((p & kIsQ) ? a.s.W : 0) + lane];
-}
-
-// Moves *q down its group to the next write whose term the unit adds (a: of another token
-// than i), the walk ending after the group's head. False when the walk is over.
-template <class Arrays>
-__device__ __forceinline__ bool next_term(const Arrays& arr, int i, bool qk, uint32_t* q, bool* more,
-                                          uint32_t* pq) {
-    while (*more) {
-        --*q;
-        *pq = arr.payload[*q];
-        if (*pq & kHead) *more = false;
-        // In a group every entry is valid.
-        if (!(*pq & kIsQ) && (qk || payload_token(*pq) != i)) return true;
-    }
-    return false;
-}
 
 // The lane mask words of unit u.
 template <class Arrays>
@@ -82,18 +63,33 @@ struct PairTemp {
     uint32_t capacity;
 };
 
+// The warp path pays where walkers are many a unit (hot slots) or where the block path
+// needs many waves: it has no block barrier, but a warp spends a unit's fixed costs on it
+// however few its walkers. Measured on the H200 (ms, warp path against block path): S4, 24
+// walkers a unit, 3.72 against 4.36; 12 walkers a unit (S1 with 4096 keys) 2.63 against
+// 2.61-2.63; S2, 2 walkers a unit in 5 waves, 2.41 against 2.56; S1, 2 walkers a unit in 3
+// waves, 2.07 against 1.95.
+constexpr uint32_t kWarpPathWalkers = 16;   // walkers a unit, at least, for the warp path
+constexpr int kWarpPathWaves = 4;           // or block-path waves, at least
+
+// Bytes at the end of the stage room that keep the list of units the warps left (2 bytes a
+// unit, for the largest C).
+SDM_HD size_t long_list_bytes() { return align16(2 * 2 * static_cast<size_t>(kMaxC)); }
+
 // The term list holds at least two terms a thread, the rows of a wave at least kPairBudget
 // bytes.
 constexpr size_t kPairBudget = 16 * 1024;
 SDM_HD size_t min_terms(int threads) { return 2 * static_cast<size_t>(threads); }
+// The row budget holds a warp's room of the warp path (warp_room_bytes) at the largest C.
+static_assert(kPairBudget >= 8 * kMaxC + kWindow * (sizeof(PairTerm) + 1), "a warp's room fits the stage");
 
 // Bytes of first and offset (sized for the largest wave and block).
 SDM_HD size_t pair_index_bytes() { return 2 * align16(4 * static_cast<size_t>(kMaxThreads + 1)); }
 
 // The least room the pair stage needs with `threads` a block: kPairBudget of rows, the
-// index, the least list.
+// index, the least list, the list of units left by the warps.
 SDM_HD size_t pair_temp_bytes(int threads) {
-    return kPairBudget + pair_index_bytes() + min_terms(threads) * (sizeof(PairTerm) + 1);
+    return kPairBudget + pair_index_bytes() + min_terms(threads) * (sizeof(PairTerm) + 1) + long_list_bytes();
 }
 
 // Units a wave in `room` bytes (the stage room: the arrays that are dead meanwhile, see
@@ -125,9 +121,17 @@ __device__ __forceinline__ PairTemp bind_pair_temp(char* base, size_t room, int 
     return p;
 }
 
-// first[w] = walkers of the wave's units before unit u0 + w, for w in [0, wave]. One warp.
+// The units the block path does: those of a list, or (null) every unit in order. `from`
+// is the place of the wave's first unit.
+struct UnitList {
+    const uint16_t* list;
+    __device__ int at(int from, int x) const { return list ? list[from + x] : from + x; }
+};
+
+// first[w] = walkers of the wave's units (those from `from`) before its unit w, for w in
+// [0, wave]. One warp.
 template <class Arrays>
-__device__ __forceinline__ void number_walkers(const KernelArgs& a, const Arrays& arr, int u0, int wave,
+__device__ __forceinline__ void number_walkers(const KernelArgs& a, const Arrays& arr, UnitList units, int from, int wave,
                                                uint32_t* first) {
     if (threadIdx.x >= 32) return;
     const int lane = static_cast<int>(threadIdx.x);
@@ -137,7 +141,7 @@ __device__ __forceinline__ void number_walkers(const KernelArgs& a, const Arrays
         uint32_t count = 0;
         if (w < wave) {
             int words;
-            const uint32_t* m = unit_mask(a, arr, u0 + w, &words);
+            const uint32_t* m = unit_mask(a, arr, units.at(from, w), &words);
             for (int x = 0; x < words; ++x) count += __popc(m[x]);
         }
         uint32_t incl = count;
@@ -151,18 +155,9 @@ __device__ __forceinline__ void number_walkers(const KernelArgs& a, const Arrays
     }
 }
 
-// A walker: its unit's row i, kind, sorted position, value and log.
-struct Walker {
-    int i;
-    bool qk;
-    uint32_t r;
-    float v;
-    Fix lr;   // its log's stored words (LogArray::raw)
-};
-
 // Walker `idx` of the wave.
 template <class Arrays>
-__device__ __forceinline__ Walker find_walker(const KernelArgs& a, const Arrays& arr, int u0, int wave,
+__device__ __forceinline__ Walker find_walker(const KernelArgs& a, const Arrays& arr, UnitList units, int from, int wave,
                                               const uint32_t* first, uint32_t idx, int* unit) {
     int lo = 0, hi = wave - 1;   // the unit w with first[w] <= idx < first[w + 1]
     while (lo < hi) {
@@ -173,7 +168,7 @@ __device__ __forceinline__ Walker find_walker(const KernelArgs& a, const Arrays&
             hi = mid - 1;
         }
     }
-    const int u = u0 + lo;
+    const int u = units.at(from, lo);
     int words;
     const uint32_t* m = unit_mask(a, arr, u, &words);
     const int lane = kth_lane(m, words, static_cast<int>(idx - first[lo]));
@@ -185,15 +180,6 @@ __device__ __forceinline__ Walker find_walker(const KernelArgs& a, const Arrays&
     w.lr = arr.log.raw(w.r);
     *unit = lo;
     return w;
-}
-
-// The terms of walker w, counted up to limit + 1.
-template <class Arrays>
-__device__ __forceinline__ uint32_t count_terms(const Arrays& arr, const Walker& w, uint32_t limit) {
-    uint32_t q = w.r, pq, m = 0;
-    bool more = true;
-    while (m <= limit && next_term(arr, w.i, w.qk, &q, &more, &pq)) ++m;
-    return m;
 }
 
 // A walker with more terms than the list holds (at least two terms a thread: only with
@@ -269,22 +255,23 @@ __device__ __forceinline__ void add_terms(const PairTemp& pt, double* row, uint3
     }
 }
 
+// `count` units of `units` by the whole block: in waves whose rows fit the stage room, in
+// batches of walkers (above).
 template <class Arrays>
-__device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                          char* temp_base, size_t temp_room, BlockScanTemp<uint32_t>& scan) {
+__device__ __forceinline__ void block_units(const KernelArgs& a, const Chunk& k, const Arrays& arr,
+                                            UnitList units, int count, char* temp_base,
+                                            size_t temp_room, BlockScanTemp<uint32_t>& scan) {
     const int C = a.s.C;
-    const int units = 2 * C;   // unit u: row u / 2 of a (u even) or of qk (u odd)
     const int per_wave = pair_wave_units(C, temp_room, static_cast<int>(blockDim.x));
     const PairTemp pt = bind_pair_temp(temp_base, temp_room, C);
     __shared__ uint32_t batch_end;
     __shared__ bool long_batch;
     float* out_a = a.out.a + k.c * C * C;
     float* out_qk = a.out.qk + k.c * C * C;
-    __syncthreads();   // stage "records" has marked the walkers
-    for (int u0 = 0; u0 < units; u0 += per_wave) {
-        const int wave = min(per_wave, units - u0);
+    for (int u0 = 0; u0 < count; u0 += per_wave) {
+        const int wave = min(per_wave, count - u0);
         for (int x = threadIdx.x; x < wave * C; x += blockDim.x) pt.rows[x] = 0.0;
-        number_walkers(a, arr, u0, wave, pt.first);
+        number_walkers(a, arr, units, u0, wave, pt.first);
         __syncthreads();
         const uint32_t total = pt.first[wave];
         for (uint32_t b0 = 0; b0 < total;) {
@@ -294,7 +281,7 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
             int unit = 0;
             uint32_t m = 0;
             if (idx < total) {
-                w = find_walker(a, arr, u0, wave, pt.first, idx, &unit);
+                w = find_walker(a, arr, units, u0, wave, pt.first, idx, &unit);
                 m = count_terms(arr, w, pt.capacity);
             }
             uint32_t incl[1] = {m};
@@ -304,17 +291,17 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
             const bool taken = idx < total && incl[0] <= pt.capacity;
             if (taken) pt.offset[threadIdx.x] = at;
             if (threadIdx.x == 0) long_batch = m > pt.capacity;
-            const int count = __syncthreads_count(taken);
+            const int taken_count = __syncthreads_count(taken);
             if (long_batch) {   // uniform; walker b0 is thread 0's
-                const Walker lw = find_walker(a, arr, u0, wave, pt.first, b0, &unit);
+                const Walker lw = find_walker(a, arr, units, u0, wave, pt.first, b0, &unit);
                 long_walk(a, arr, lw, pt.rows + unit * C, pt, scan);
                 b0 += 1;
                 continue;
             }
-            if (threadIdx.x == count - 1) pt.offset[count] = incl[0];
+            if (threadIdx.x == taken_count - 1) pt.offset[taken_count] = incl[0];
             // 2. The terms, in parallel.
             if (taken) list_terms(a, arr, w, m, pt, at);
-            if (threadIdx.x == 0) batch_end = b0 + static_cast<uint32_t>(count);
+            if (threadIdx.x == 0) batch_end = b0 + static_cast<uint32_t>(taken_count);
             __syncthreads();
             // 3. Each unit's part of the list, in order.
             const uint32_t b1 = batch_end;
@@ -328,7 +315,7 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
         }
         for (int x = threadIdx.x; x < wave * C; x += blockDim.x) {
             const int xc = a.div.C.div(x);
-            const int u = u0 + xc, j = x - xc * C;
+            const int u = units.at(u0, xc), j = x - xc * C;
             const int i = u >> 1;
             if (u & 1) {
                 out_qk[i * C + j] = j <= i ? to_f32(pt.rows[x]) : 0.0f;
@@ -338,6 +325,49 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
         }
         __syncthreads();
     }
+}
+
+// Stage "pair sums". Where the chunk's walkers are many (kWarpPathWalkers a unit) or the
+// block path would need many waves (kWarpPathWaves), the warps take the units one at a
+// time (warp_unit) as far as the stage room holds their rows and windows, and the block
+// then does the units with long walks; else the block does all.
+template <class Arrays>
+__device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const Arrays& arr,
+                                          const ChunkShared& sh, char* temp_base, size_t temp_room,
+                                          BlockScanTemp<uint32_t>& scan) {
+    const int C = a.s.C;
+    const uint32_t units = 2 * static_cast<uint32_t>(C);   // unit u: row u / 2 of a (u even) or of qk (u odd)
+    __shared__ uint32_t next_unit, long_count;
+    const int per_wave = pair_wave_units(C, temp_room, static_cast<int>(blockDim.x));
+    const int block_waves = (static_cast<int>(units) + per_wave - 1) / per_wave;
+    const bool by_warps = sh.walkers >= kWarpPathWalkers * units || block_waves >= kWarpPathWaves;
+    const size_t room = by_warps ? temp_room - long_list_bytes() : temp_room;
+    uint16_t* const long_units = by_warps ? reinterpret_cast<uint16_t*>(temp_base + room) : nullptr;
+    if (threadIdx.x == 0) {
+        next_unit = 0;
+        long_count = 0;
+    }
+    __syncthreads();   // stage "records" has marked the walkers
+    const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31u);
+    const size_t room_bytes = warp_room_bytes(C);
+    if (by_warps && static_cast<size_t>(warp) < room / room_bytes) {
+        const WarpRoom wr = bind_warp_room(temp_base + warp * room_bytes, C);
+        for (int j = lane; j < C; j += 32) wr.row[j] = 0.0;
+        __syncwarp();
+        for (;;) {
+            uint32_t u = 0;
+            if (lane == 0) u = atomicAdd(&next_unit, 1u);
+            u = __shfl_sync(kFullWarp, u, 0);
+            if (u >= units) break;
+            float* out_row = (u & 1u ? a.out.qk : a.out.a) + (k.c * C + (u >> 1)) * C;
+            const bool done = warp_unit(a, arr, static_cast<int>(u), wr, out_row);
+            if (!done && lane == 0) long_units[atomicAdd(&long_count, 1u)] = static_cast<uint16_t>(u);
+        }
+    }
+    __syncthreads();
+    // The order of the warps' leftovers varies from run to run; each unit's sums do not.
+    const int count = by_warps ? static_cast<int>(long_count) : static_cast<int>(units);
+    if (count != 0) block_units(a, k, arr, UnitList{long_units}, count, temp_base, room, scan);
 }
 
 }  // namespace cuda

@@ -1,7 +1,7 @@
 // Stage "scans": block-wide scans over the sorted row, tile by tile.
 //  * forward: each group's inclusive log-cumsum (a segmented sum of the fixed-point gates of
 //    its writes; a write repeating its token's slot adds none), the peers before each entry,
-//    and the write entries before each position.
+//    and the write entries before each position; and the chunk's walkers (stage "pair sums").
 //  * backward (the row reversed): the last position of each entry's group, and the valid first
 //    writes of groups at or after each position.
 // From these, stage "records" finds every fact of any entry in O(1). The sums are exact
@@ -82,7 +82,7 @@ __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k
     block_scan_begin(temp);
     for (int base = 0; base < n; base += static_cast<int>(blockDim.x) * kScanItems) {
         ForwardItem item[kScanItems];
-        uint32_t repeats = 0;
+        uint32_t repeats = 0, walkers = 0;
 #pragma unroll
         for (int i = 0; i < kScanItems; ++i) {
             const int r = base + threadIdx.x * kScanItems + i;
@@ -93,6 +93,7 @@ __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k
                 bool repeat;
                 item[i].sum = gate_added(a, arr, r, p, &repeat);
                 repeats += repeat ? 1u : 0u;
+                walkers += (p & (kInvalid | kHead)) == 0u ? 1u : 0u;
                 item[i].k = (valid && !(p & kIsQ)) ? 1u : 0u;
                 item[i].q = (valid && (p & kIsQ)) ? 1u : 0u;
                 item[i].head = (p & kHead) ? 1u : 0u;
@@ -113,6 +114,8 @@ __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k
             }
         }
         if (repeats) atomicAdd(&sh.repeats, repeats);
+        walkers = __reduce_add_sync(0xFFFFFFFFu, walkers);
+        if ((threadIdx.x & 31u) == 0u && walkers != 0u) atomicAdd(&sh.walkers, walkers);
         __syncthreads();   // temp is reused by the next tile
     }
 }

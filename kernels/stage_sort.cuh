@@ -2,7 +2,7 @@
 // order. Each tile of keys (sort_tile_keys), which arrive in entry order, is sorted on chip
 // by CUB's stable block radix sort on the slot bits alone (5 bits a pass), which orders it
 // by the whole key; longer rows are completed by merge rounds in which every key finds its
-// output place by a binary search in the other run.
+// output place by a binary search in the other run (a thread's searches in lockstep).
 #ifndef SDM_P1_KERNELS_STAGE_SORT_CUH
 #define SDM_P1_KERNELS_STAGE_SORT_CUH
 
@@ -57,18 +57,51 @@ __device__ __forceinline__ void sort_tile(const KernelArgs& a, InterleavedKeys k
     }
 }
 
-// Keys below `key` in the ascending run [base, base + len) of keys.
-__device__ __forceinline__ int count_below(InterleavedKeys keys, int base, int len, uint64_t key) {
-    int lo = 0, hi = len;
-    while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        if (keys[base + mid] < key) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
+// Searches run together in a merge round: a thread's kMergeBatch binary searches step in
+// lockstep, so their loads (from global scratch where the keys are there) are in flight at
+// once instead of one dependent load after another.
+constexpr int kMergeBatch = 8;
+
+// Moves keys [x0, x0 + Batch) of `search` (those below n) to their places in dst, the
+// merge of their run pair [start, start + 2 * run). A key's place: its own rank in its run
+// plus the keys of the other run below it (keys are distinct). The batch lies in one run
+// (runs are whole tiles, a multiple of Batch), so its searches cover the same other run and
+// halve it in the same steps: a branch-free lower bound whose length sequence is shared.
+template <int Batch>
+__device__ __forceinline__ void merge_batch(InterleavedKeys search, InterleavedKeys dst, int n, int run, int x0) {
+    const int start = x0 / (2 * run) * (2 * run);
+    const int len_a = min(run, n - start);
+    const int len_b = max(0, min(run, n - start - len_a));
+    const bool in_a = x0 - start < len_a;
+    const int from = in_a ? start + len_a : start, len = in_a ? len_b : len_a;
+    const int first_out = in_a ? x0 : x0 - len_a;
+    uint64_t key[Batch];
+    int below[Batch];   // keys of the other run below key[b], found in [below, below + m]
+#pragma unroll
+    for (int b = 0; b < Batch; ++b) {
+        key[b] = x0 + b < n ? search[x0 + b] : 0u;
+        below[b] = 0;
     }
-    return lo;
+    if (len > 0) {
+        for (int m = len; m > 1;) {
+            const int half = m / 2;
+            uint64_t probe[Batch];
+#pragma unroll
+            for (int b = 0; b < Batch; ++b) probe[b] = search[from + below[b] + half];
+#pragma unroll
+            for (int b = 0; b < Batch; ++b) below[b] += probe[b] < key[b] ? half : 0;
+            m -= half;
+        }
+        uint64_t probe[Batch];
+#pragma unroll
+        for (int b = 0; b < Batch; ++b) probe[b] = search[from + below[b]];
+#pragma unroll
+        for (int b = 0; b < Batch; ++b) below[b] += probe[b] < key[b] ? 1 : 0;
+    }
+#pragma unroll
+    for (int b = 0; b < Batch; ++b) {
+        if (x0 + b < n) dst[first_out + b + below[b]] = key[b];
+    }
 }
 
 // Copies the n keys of src to dst (same stride), a row of the interleaved layout at a time.
@@ -91,6 +124,8 @@ __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, con
                                                        InterleavedKeys staged,
                                                        SortTemp<Threads>& temp) {
     constexpr int kItems = kSortTile / Threads;
+    static_assert(kItems % kMergeBatch == 0 && kSortTile % kMergeBatch == 0,
+                  "a thread's merge keys come in whole batches, each within one run");
     const int n = k.n;
     const int tile = sort_tile_keys<Threads>(a.key_bits);
     for (int base = 0; base < n; base += tile) {
@@ -111,17 +146,9 @@ __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, con
         }
         // Blocked order, as the tiles: at each step a warp's reads of src are contiguous.
         for (int base = 0; base < n; base += kSortTile) {
-            for (int i = 0; i < kItems; ++i) {
-                const int x = base + threadIdx.x * kItems + i;
-                if (x >= n) break;
-                const int start = x / (2 * run) * (2 * run);
-                const int len_a = min(run, n - start);
-                const int len_b = max(0, min(run, n - start - len_a));
-                const uint64_t key = search[x];
-                const int own = x - start;
-                const int out = own < len_a ? own + count_below(search, start + len_a, len_b, key)
-                                            : (own - len_a) + count_below(search, start, len_a, key);
-                dst[start + out] = key;
+            for (int i0 = 0; i0 < kItems; i0 += kMergeBatch) {
+                const int x0 = base + threadIdx.x * kItems + i0;
+                if (x0 < n) merge_batch<kMergeBatch>(search, dst, n, run, x0);
             }
         }
         __syncthreads();
