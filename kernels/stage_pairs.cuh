@@ -66,9 +66,9 @@ struct PairTemp {
 // The warp path pays where walkers are many a unit (hot slots) or where the block path
 // needs many waves: it has no block barrier, but a warp spends a unit's fixed costs on it
 // however few its walkers. Measured on the H200 (ms, warp path against block path): S4, 24
-// walkers a unit, 3.72 against 4.36; 12 walkers a unit (S1 with 4096 keys) 2.63 against
-// 2.61-2.63; S2, 2 walkers a unit in 5 waves, 2.41 against 2.56; S1, 2 walkers a unit in 3
-// waves, 2.07 against 1.95.
+// walkers a unit, 3.72 against 4.36; S1 with 4096 keys, 12 a unit, 2.63 against 2.60-2.63;
+// S2, 2 a unit in 5 waves, 2.41 against 2.56; S1, 1 a unit in 3 waves, 2.07 against 1.95
+// (bench/NOTES.md, version 9).
 constexpr uint32_t kWarpPathWalkers = 16;   // walkers a unit, at least, for the warp path
 constexpr int kWarpPathWaves = 4;           // or block-path waves, at least
 
