@@ -5,10 +5,10 @@
 // canonical order of pair_term_add: the walkers of the unit in lane order, each one's terms
 // in walk order.
 //
-// Two paths. The warps take the units one at a time (pair_warp.cuh: no block barrier), and
-// leave to the block the units with a walker of many terms (long groups: hot slots, slots
-// repeated within tokens). The block path runs those in waves whose double rows fit the
-// shared buffer. In a wave the walkers (stage "records" marks them in per-unit lane masks)
+// Two paths. Where the chunk's walkers are many a unit, or the block path would need many
+// waves, the warps take the units one at a time (pair_warp.cuh: no block barrier) and leave
+// to the block the units with a walker of many terms (long groups). Otherwise the block
+// path does every unit. It runs its units in waves whose double rows fit the shared buffer. In a wave the walkers (stage "records" marks them in per-unit lane masks)
 // are numbered unit by unit, lane by lane, and handled in batches, one walker per thread:
 //  1. each walker counts its terms; a block scan of the counts gives each its place in the
 //     batch's term list, and the batch takes the walkers whose terms fit the list;
