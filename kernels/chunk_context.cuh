@@ -24,6 +24,10 @@ SDM_HD size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 // Words of a lane mask over `lanes` lanes.
 SDM_HD int mask_words(int lanes) { return (lanes + 31) / 32; }
 
+// Whether the entry with payload p is a walker of stage "pair sums": a valid entry with an
+// earlier entry in its slot group.
+SDM_HD bool is_walker(uint32_t p) { return (p & (kInvalid | kHead)) == 0u; }
+
 // Index of the first walker-mask word of token t's write (or read) lanes (ArrayLayout::walk_mask).
 SDM_HD int walk_mask_base(int W, int R, int t, bool is_q) {
     return t * (mask_words(W) + mask_words(R)) + (is_q ? mask_words(W) : 0);

@@ -81,20 +81,22 @@ __device__ __forceinline__ uint32_t count_terms(const Arrays& arr, const Walker&
     return m;
 }
 
-// Whether lane l of unit (i, qk) walks: a valid entry with an earlier entry in its group
-// (the test of mark_walker); if so *w is its walker.
+// The entry index of lane l of unit (i, qk).
+__device__ __forceinline__ int unit_entry(const KernelArgs& a, int i, bool qk, int l) {
+    return i * (a.s.W + a.s.R) + (qk ? a.s.W : 0) + l;
+}
+
+// The walker at lane l of unit (i, qk) (an entry that is_walker).
 template <class Arrays>
-__device__ __forceinline__ bool lane_walker(const KernelArgs& a, const Arrays& arr, int i, bool qk, int l,
-                                            Walker* w) {
-    const int e = i * (a.s.W + a.s.R) + (qk ? a.s.W : 0) + l;
-    const uint32_t r = arr.position[e];
-    if ((arr.payload[r] & (kInvalid | kHead)) != 0u) return false;
-    w->i = i;
-    w->qk = qk;
-    w->r = r;
-    w->v = arr.value[e];
-    w->lr = arr.log.raw(r);
-    return true;
+__device__ __forceinline__ Walker unit_walker(const KernelArgs& a, const Arrays& arr, int i, bool qk, int l) {
+    const int e = unit_entry(a, i, qk, l);
+    Walker w;
+    w.i = i;
+    w.qk = qk;
+    w.r = arr.position[e];
+    w.v = arr.value[e];
+    w.lr = arr.log.raw(w.r);
+    return w;
 }
 
 // Adds the `listed` terms of the window to the row: a lane a term, 32 at a time. Terms of
@@ -126,8 +128,8 @@ __device__ __forceinline__ bool warp_unit(const KernelArgs& a, const Arrays& arr
     const int lanes = qk ? a.s.R : a.s.W;
     const int lane = static_cast<int>(threadIdx.x & 31u);
     for (int l0 = 0; l0 < lanes; l0 += 32) {
-        Walker w{};
-        const bool walks = l0 + lane < lanes && lane_walker(a, arr, i, qk, l0 + lane, &w);
+        const bool walks = l0 + lane < lanes && is_walker(arr.payload[arr.position[unit_entry(a, i, qk, l0 + lane)]]);
+        const Walker w = walks ? unit_walker(a, arr, i, qk, l0 + lane) : Walker{};
         const uint32_t m = walks ? count_terms(arr, w, kWarpTerms) : 0u;
         if (__any_sync(kFullWarp, m > kWarpTerms)) {
             for (int j = lane; j < C; j += 32) room.row[j] = 0.0;

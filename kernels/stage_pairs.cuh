@@ -172,14 +172,8 @@ __device__ __forceinline__ Walker find_walker(const KernelArgs& a, const Arrays&
     int words;
     const uint32_t* m = unit_mask(a, arr, u, &words);
     const int lane = kth_lane(m, words, static_cast<int>(idx - first[lo]));
-    Walker w;
-    w.i = u >> 1;
-    w.qk = (u & 1) != 0;
-    w.r = arr.position[w.i * (a.s.W + a.s.R) + (w.qk ? a.s.W : 0) + lane];
-    w.v = entry_value(a, arr, arr.payload[w.r]);
-    w.lr = arr.log.raw(w.r);
     *unit = lo;
-    return w;
+    return unit_walker(a, arr, u >> 1, (u & 1) != 0, lane);
 }
 
 // A walker with more terms than the list holds (at least two terms a thread: only with

@@ -60,12 +60,12 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
     return e;
 }
 
-// Marks the entry with payload p (lane `lane` of token t) as a walker of its unit if it has
-// an earlier entry in its group. Stage "pair sums" reads these masks.
+// Marks the entry with payload p (lane `lane` of token t) in its unit's mask if it is a
+// walker. Stage "pair sums" reads these masks.
 template <class Arrays>
 __device__ __forceinline__ void mark_walker(const KernelArgs& a, const Arrays& arr, int t, int lane,
                                             bool is_q, uint32_t p) {
-    if ((p & (kInvalid | kHead)) != 0u) return;
+    if (!is_walker(p)) return;
     const int word = walk_mask_base(a.s.W, a.s.R, t, is_q) + (lane >> 5);
     // One atomic per mask word and warp: the walkers of a warp mostly share a word.
     const uint32_t peers = __match_any_sync(__activemask(), word);

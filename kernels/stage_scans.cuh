@@ -93,7 +93,7 @@ __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k
                 bool repeat;
                 item[i].sum = gate_added(a, arr, r, p, &repeat);
                 repeats += repeat ? 1u : 0u;
-                walkers += (p & (kInvalid | kHead)) == 0u ? 1u : 0u;
+                walkers += is_walker(p) ? 1u : 0u;
                 item[i].k = (valid && !(p & kIsQ)) ? 1u : 0u;
                 item[i].q = (valid && (p & kIsQ)) ? 1u : 0u;
                 item[i].head = (p & kHead) ? 1u : 0u;
