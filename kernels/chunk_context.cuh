@@ -45,6 +45,9 @@ struct Interleaved {
     T* base;
     uint32_t stride;
     SDM_HD T& operator[](uint32_t r) const { return base[(r & 7u) * stride + (r >> 3)]; }
+    // Position col * 8 + i: item i of the blocked order's thread (tile column) col, without
+    // the split of a position into row and column.
+    SDM_HD T& at(uint32_t col, int i) const { return base[i * stride + col]; }
     SDM_HD explicit operator bool() const { return base != nullptr; }
 };
 

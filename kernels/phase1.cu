@@ -41,7 +41,7 @@ ArrayLayout chunk_layout(const KernelShape& s, int threads, size_t smem_limit) {
 }
 
 union ScanTemp {
-    BlockScanTemp<ForwardItem> forward;
+    ForwardScanTemp forward;
     BlockScanTemp<BackwardItem> backward;
     BlockScanTemp<uint32_t> pairs;
 };

@@ -24,7 +24,7 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
     const KernelShape& s = a.s;
     const int WR = s.W + s.R;
     const uint32_t r = arr.position[t * WR + (is_q ? s.W : 0) + lane];
-    const uint32_t p = arr.payload[r];
+    const uint32_t p = arr.payload[r] & ~kLastK;   // EntryFacts::payload has it clear
     const bool valid = !(p & kInvalid);
     const uint32_t end = arr.end[r];
     // In a group every entry is valid: its write entries are its valid writes.
@@ -92,8 +92,8 @@ __device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& 
     }
     if (threadIdx.x == 0) write_chunk_tails(a.out, f, static_cast<int32_t>(sh.valid_groups));
 
-    // The sorted payloads (a valid write with no write after it in its group is its group's
-    // last), the row's padding, and per 32 positions (one warp's) the rank table.
+    // The sorted payloads (with kLastK: stage "scans" marked each group's last valid write),
+    // the row's padding, and per 32 positions (one warp's) the rank table.
     const int n = k.n;
     const int64_t row = (static_cast<int64_t>(n) + kRowAlign - 1) / kRowAlign * kRowAlign;
     int32_t* pay_out = a.out.payload + k.c * row;
@@ -103,9 +103,7 @@ __device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& 
         uint32_t p = 0;
         if (r < n) {
             p = arr.payload[r];
-            const bool valid_write = (p & (kInvalid | kIsQ)) == 0u;
-            const bool last = valid_write && writes_through(arr, arr.end[r]) == arr.writes[r] + 1u;
-            pay_out[r] = static_cast<int32_t>(p | (last ? kLastK : 0u));
+            pay_out[r] = static_cast<int32_t>(p);
         } else if (r < row) {
             pay_out[r] = static_cast<int32_t>(kTailPayload);
         }
