@@ -1,10 +1,11 @@
 // The pair sums of one unit by one warp (stage "pair sums", first path). Lane x of the warp
 // is lane x of the unit (32 at a time): if its entry walks (a walker), it counts its terms;
 // a warp scan of the counts places each term in the unit's canonical order (lanes in order,
-// each lane's terms in walk order). The terms are then listed a window at a time, each lane
-// computing its own (the exps, in parallel), and added to the unit's double row in shared
-// memory with a lane a term: terms of distinct cells at once, terms of one cell in list
-// order (ranked by __match_any_sync). Every cell so gets the canonical order of
+// each lane's terms in walk order). The walk keeps its terms' positions, so the terms are
+// then listed without walking again, a window at a time, each lane computing its own (the
+// exps, in parallel), and added to the unit's double row in shared memory with a lane a
+// term: terms of distinct cells at once, terms of one cell in list order (ranked by
+// __match_any_sync). Every cell so gets the canonical order of
 // pair_term_add. No block barrier: the warps take units one after another.
 //
 // A unit with a walker of more than kWarpTerms terms is left to the block path
@@ -21,13 +22,15 @@ constexpr uint32_t kFullWarp = 0xFFFFFFFFu;
 constexpr uint32_t kWindow = 64;       // terms a warp lists at a time
 constexpr uint32_t kWarpTerms = 16;    // the most terms of a walker on the warp path
 
-// A warp's room in the stage: the unit's double row (C cells), then its window of terms.
+// A warp's room in the stage: the unit's double row (C cells), the sorted positions of its
+// lanes' terms, then its window of terms.
 SDM_HD size_t warp_room_bytes(int C) {
-    return align16(8 * static_cast<size_t>(C)) + kWindow * (sizeof(PairTerm) + 1);
+    return align16(8 * static_cast<size_t>(C)) + 4 * 32 * kWarpTerms + kWindow * (sizeof(PairTerm) + 1);
 }
 
 struct WarpRoom {
     double* row;      // [C]
+    uint32_t* at;     // [kWarpTerms][32] the sorted position of lane l's term t at [t][l]
     PairTerm* term;   // [kWindow]
     uint8_t* cell;    // [kWindow] the term's column (a token index)
 };
@@ -35,7 +38,8 @@ struct WarpRoom {
 __device__ __forceinline__ WarpRoom bind_warp_room(char* base, int C) {
     WarpRoom w;
     w.row = reinterpret_cast<double*>(base);
-    w.term = reinterpret_cast<PairTerm*>(base + align16(8 * static_cast<size_t>(C)));
+    w.at = reinterpret_cast<uint32_t*>(base + align16(8 * static_cast<size_t>(C)));
+    w.term = reinterpret_cast<PairTerm*>(w.at + 32 * kWarpTerms);
     w.cell = reinterpret_cast<uint8_t*>(w.term + kWindow);
     return w;
 }
@@ -130,7 +134,16 @@ __device__ __forceinline__ bool warp_unit(const KernelArgs& a, const Arrays& arr
     for (int l0 = 0; l0 < lanes; l0 += 32) {
         const bool walks = l0 + lane < lanes && is_walker(arr.payload[arr.position[unit_entry(a, i, qk, l0 + lane)]]);
         const Walker w = walks ? unit_walker(a, arr, i, qk, l0 + lane) : Walker{};
-        const uint32_t m = walks ? count_terms(arr, w, kWarpTerms) : 0u;
+        // The walk, once: its terms counted (up to kWarpTerms + 1) and their positions kept.
+        uint32_t m = 0;
+        if (walks) {
+            uint32_t q = w.r, pq;
+            bool more = true;
+            while (m <= kWarpTerms && next_term(arr, i, qk, &q, &more, &pq)) {
+                if (m < kWarpTerms) room.at[32 * m + lane] = q;
+                ++m;
+            }
+        }
         if (__any_sync(kFullWarp, m > kWarpTerms)) {
             for (int j = lane; j < C; j += 32) room.row[j] = 0.0;
             __syncwarp();
@@ -143,11 +156,10 @@ __device__ __forceinline__ bool warp_unit(const KernelArgs& a, const Arrays& arr
             if (lane >= d) incl += lower;
         }
         const uint32_t first = incl - m, total = __shfl_sync(kFullWarp, incl, 31);
-        uint32_t q = w.r, pq = 0, made = 0;
-        bool more = true;
+        uint32_t made = 0;
         for (uint32_t w0 = 0; w0 < total; w0 += kWindow) {
             for (; made < m && first + made < w0 + kWindow; ++made) {
-                next_term(arr, i, qk, &q, &more, &pq);
+                const uint32_t q = room.at[32 * made + lane], pq = arr.payload[q];
                 const uint32_t at = first + made - w0;
                 room.term[at] = pair_term(w.v, entry_value(a, arr, pq), arr.log.exp_diff(w.lr, arr.log.raw(q)));
                 room.cell[at] = static_cast<uint8_t>(payload_token(pq));

@@ -81,7 +81,8 @@ SDM_HD size_t long_list_bytes() { return align16(2 * 2 * static_cast<size_t>(kMa
 constexpr size_t kPairBudget = 16 * 1024;
 SDM_HD size_t min_terms(int threads) { return 2 * static_cast<size_t>(threads); }
 // The row budget holds a warp's room of the warp path (warp_room_bytes) at the largest C.
-static_assert(kPairBudget >= 8 * kMaxC + kWindow * (sizeof(PairTerm) + 1), "a warp's room fits the stage");
+static_assert(kPairBudget >= 8 * kMaxC + 4 * 32 * kWarpTerms + kWindow * (sizeof(PairTerm) + 1),
+              "a warp's room fits the stage");
 
 // Bytes of first and offset (sized for the largest wave and block).
 SDM_HD size_t pair_index_bytes() { return 2 * align16(4 * static_cast<size_t>(kMaxThreads + 1)); }
