@@ -23,8 +23,11 @@ struct ForwardItem {
     uint32_t head;      // a group starts in this span
     uint32_t writes;    // write entries (valid or padding) so far in the row
 
+    // The gates as the sums take them: arr.gate as it is.
+    __device__ static void prepare_gates(const KernelArgs&, Fix*, int) {}
+    __device__ static Fix gate_at(const Fix* gates, int x) { return x < 0 ? fix_zero() : gates[x]; }
     // The element of the entry with payload p adding `gate` to its group's sum.
-    __device__ static ForwardItem of(uint32_t p, Fix gate, int /*shift*/) {
+    __device__ static ForwardItem of(uint32_t p, Fix gate) {
         const bool valid = !(p & kInvalid), is_q = (p & kIsQ) != 0u;
         return ForwardItem{gate, valid && !is_q ? 1u : 0u, valid && is_q ? 1u : 0u, (p & kHead) ? 1u : 0u,
                            is_q ? 0u : 1u};
@@ -57,9 +60,19 @@ struct CompactForwardItem {
     uint32_t head_writes;   // kSpanHead: a group starts in this span; below it, the write
                             // entries (valid or padding) so far in the row
 
-    __device__ static CompactForwardItem of(uint32_t p, Fix gate, int shift) {
+    // The gates in the compact form, each once, in place of its Fix's low word (the gates
+    // are read only by this scan); the caller's barrier publishes them.
+    __device__ static void prepare_gates(const KernelArgs& a, Fix* gates, int shift) {
+        for (int x = threadIdx.x; x < a.s.C * a.s.gate_width; x += blockDim.x) {
+            gates[x].lo = fix_shift_down(gates[x], shift);
+        }
+    }
+    __device__ static int64_t gate_at(const Fix* gates, int x) {
+        return x < 0 ? 0 : static_cast<int64_t>(gates[x].lo);
+    }
+    __device__ static CompactForwardItem of(uint32_t p, int64_t gate) {
         const bool valid = !(p & kInvalid), is_q = (p & kIsQ) != 0u;
-        return CompactForwardItem{static_cast<int64_t>(fix_shift_down(gate, shift)),
+        return CompactForwardItem{gate,
                                   valid ? (is_q ? 1u << 16 : 1u) : 0u,
                                   ((p & kHead) ? kSpanHead : 0u) | (is_q ? 0u : 1u)};
     }
@@ -105,22 +118,20 @@ struct BackwardOp {
     }
 };
 
-// The gate a sorted entry (payload p; pp: the previous position's) adds to its group's
-// log-cumsum: its token's gate (per token) or its lane's (per write) if it is a valid write
-// that does not repeat a slot its token already wrote (the previous entry of its group
-// would then be that token's write).
-template <class Arrays>
-__device__ __forceinline__ Fix gate_added(const KernelArgs& a, const Arrays& arr, uint32_t p, uint32_t pp,
-                                          bool* repeat) {
+// The index in arr.gate of the gate a sorted entry (payload p; pp: the previous position's)
+// adds to its group's log-cumsum, or -1 for none: its token's gate (per token) or its lane's
+// (per write) if it is a valid write that does not repeat a slot its token already wrote
+// (the previous entry of its group would then be that token's write).
+__device__ __forceinline__ int gate_added(const KernelArgs& a, uint32_t p, uint32_t pp, bool* repeat) {
     *repeat = false;
-    if ((p & (kInvalid | kIsQ)) != 0u) return fix_zero();
+    if ((p & (kInvalid | kIsQ)) != 0u) return -1;
     const int t = payload_token(p);
     if (!(p & kHead) && !(pp & kIsQ) && payload_token(pp) == t) {
         *repeat = true;
-        return fix_zero();
+        return -1;
     }
     const int lane = a.s.gate_width == 1 ? 0 : static_cast<int>(p & kLaneMask);
-    return arr.gate[t * a.s.gate_width + lane];
+    return t * a.s.gate_width + lane;
 }
 
 // The forward scan with elements of type Item (ForwardItem or CompactForwardItem), Op its
@@ -129,8 +140,10 @@ template <class Item, class Op, class Arrays>
 __device__ __forceinline__ void forward_tiles(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                               ChunkShared& sh, BlockScanTemp<Item>& temp) {
     using Count = typename Arrays::Count;
-    const int n = k.n, shift = arr.log.shift;
+    const int n = k.n;
+    Item::prepare_gates(a, arr.gate, arr.log.shift);
     block_scan_begin(temp);
+    __syncthreads();
     for (int base = 0; base < n; base += static_cast<int>(blockDim.x) * kScanItems) {
         const uint32_t col = static_cast<uint32_t>(base / kScanItems) + threadIdx.x;
         const int r0 = static_cast<int>(col) * kScanItems;
@@ -142,7 +155,7 @@ __device__ __forceinline__ void forward_tiles(const KernelArgs& a, const Chunk& 
         for (int i = 0; i < kScanItems; ++i) {
             p[i] = r0 + i < n ? arr.payload.at(col, i) : kInvalid;
             bool repeat = false;
-            item[i] = r0 + i < n ? Item::of(p[i], gate_added(a, arr, p[i], pp, &repeat), shift) : Item{};
+            item[i] = r0 + i < n ? Item::of(p[i], Item::gate_at(arr.gate, gate_added(a, p[i], pp, &repeat))) : Item{};
             repeats += r0 + i < n && repeat ? 1u : 0u;
             walkers += is_walker(p[i]) ? 1u : 0u;
             pp = p[i];

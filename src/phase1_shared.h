@@ -540,7 +540,6 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
     const bool first = (static_cast<uint32_t>(elem) & kSortedFirst) != 0u;
     const int32_t slot = valid ? static_cast<int32_t>(e.slot_key + f.id_base) : 0;
     const int64_t j = e.row_index;
-    const bool tile_start = f.tile.mod(e.row_index) == 0u;
     const double e_log = e.exp_log;
     if (!is_q) {
         const int nk = f.C * f.W, nwk = (nk + 31) / 32;
@@ -563,7 +562,7 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
         if (out.kspa) {
             out.kspa[cw + j] = valid ? neg_beta_scaled_f32(f.beta[f.c * f.C + t], e.value, e_log) : 0.0f;
         }
-        if (tile_start && (out.tiles_k || out.segb_k)) {
+        if ((out.tiles_k || out.segb_k) && f.tile.mod(e.row_index) == 0u) {
             const int ntk = (nk + f.L - 1) / f.L;
             const int64_t tile = f.c * (ntk + 1) + static_cast<int64_t>(f.tile.div(e.row_index));
             if (out.tiles_k) {
@@ -593,7 +592,7 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
             out.qrec8[2 * (cr + j)] = slot;
             out.qrec8[2 * (cr + j) + 1] = static_cast<int32_t>(f32_bits(qw));
         }
-        if (out.tiles_q && tile_start) {
+        if (out.tiles_q && f.tile.mod(e.row_index) == 0u) {
             const int ntq = (nq + f.L - 1) / f.L;
             const int64_t next = j + e.after + 1u;
             out.tiles_q[f.c * (ntq + 1) + static_cast<int64_t>(f.tile.div(e.row_index))] =
