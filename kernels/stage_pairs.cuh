@@ -107,12 +107,12 @@ SDM_HD int pair_wave_units(int C, size_t room, int threads) {
     return (2 * C + waves - 1) / waves;
 }
 
-__device__ __forceinline__ PairTemp bind_pair_temp(char* base, size_t room, int C) {
-    const int per_wave = pair_wave_units(C, room, static_cast<int>(blockDim.x));
+// The pair stage's temporaries in `room` bytes at base, with `row_bytes` of rows.
+__device__ __forceinline__ PairTemp bind_pair_temp(char* base, size_t room, size_t row_bytes) {
     char* const start = base;
     PairTemp p;
     p.rows = reinterpret_cast<double*>(base);
-    base += align16(8 * static_cast<size_t>(C) * per_wave);
+    base += align16(row_bytes);
     p.first = reinterpret_cast<uint32_t*>(base);
     p.offset = reinterpret_cast<uint32_t*>(base + pair_index_bytes() / 2);
     base += pair_index_bytes();
@@ -258,7 +258,7 @@ __device__ __forceinline__ void block_units(const KernelArgs& a, const Chunk& k,
                                             size_t temp_room, BlockScanTemp<uint32_t>& scan) {
     const int C = a.s.C;
     const int per_wave = pair_wave_units(C, temp_room, static_cast<int>(blockDim.x));
-    const PairTemp pt = bind_pair_temp(temp_base, temp_room, C);
+    const PairTemp pt = bind_pair_temp(temp_base, temp_room, 8 * static_cast<size_t>(C) * per_wave);
     __shared__ uint32_t batch_end;
     __shared__ bool long_batch;
     float* out_a = a.out.a + k.c * C * C;
@@ -322,6 +322,72 @@ __device__ __forceinline__ void block_units(const KernelArgs& a, const Chunk& k,
     }
 }
 
+// Sets the n floats at p to 0 (16-byte stores where p and n allow).
+__device__ __forceinline__ void zero_floats(float* p, int n) {
+    if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0u && n % 4 == 0) {
+        float4* const q = reinterpret_cast<float4*>(p);
+        for (int x = threadIdx.x; x < n / 4; x += blockDim.x) q[x] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+        for (int x = threadIdx.x; x < n; x += blockDim.x) p[x] = 0.0f;
+    }
+}
+
+// Every unit in one batch, without rows: for chunks with at most one walker a thread whose
+// terms the list holds (few terms a unit: most cells of a and qk are 0). The rows of a and
+// qk are set to 0; the walkers are numbered over all units, count, place and list their
+// terms as in block_units; then the thread of each unit stores each cell that has terms:
+// the sum of the cell's terms in list order from +0.0 (the canonical order of
+// pair_term_add; a unit's terms are few, so the thread finds a cell's terms by going over
+// the unit's part of the list). False, with only the zeros stored, where the terms overflow
+// the list: the caller then takes another path, which stores every cell.
+template <class Arrays>
+__device__ __forceinline__ bool one_batch_units(const KernelArgs& a, const Chunk& k, const Arrays& arr,
+                                                char* temp_base, size_t temp_room,
+                                                BlockScanTemp<uint32_t>& scan) {
+    const int C = a.s.C, units = 2 * C;
+    const PairTemp pt = bind_pair_temp(temp_base, temp_room, 0);
+    float* const out_a = a.out.a + k.c * C * C;
+    float* const out_qk = a.out.qk + k.c * C * C;
+    zero_floats(out_a, C * C);
+    zero_floats(out_qk, C * C);
+    const UnitList all{nullptr};
+    number_walkers(a, arr, all, 0, units, pt.first);
+    __syncthreads();
+    const uint32_t walkers = pt.first[units];   // at most blockDim.x (the caller's test)
+    Walker w{};
+    int unit = 0;
+    uint32_t m = 0;
+    if (threadIdx.x < walkers) {
+        w = find_walker(a, arr, all, 0, units, pt.first, threadIdx.x, &unit);
+        m = count_terms(arr, w, pt.capacity);
+    }
+    uint32_t incl[1] = {m};
+    block_scan_begin(scan);
+    block_scan_tile(incl, scan, Sum());
+    // offset[x]: the first term of walker x; offset[walkers]: the number of terms.
+    pt.offset[threadIdx.x] = incl[0] - m;
+    if (threadIdx.x == blockDim.x - 1) pt.offset[blockDim.x] = incl[0];
+    if (m != 0u && incl[0] <= pt.capacity) list_terms(a, arr, w, m, pt, incl[0] - m);
+    __syncthreads();
+    if (pt.offset[walkers] > pt.capacity) return false;   // uniform
+    for (int u = threadIdx.x; u < units; u += blockDim.x) {
+        const uint32_t lo = pt.offset[pt.first[u]], hi = pt.offset[pt.first[u + 1]];
+        float* const out = (u & 1 ? out_qk : out_a) + (u >> 1) * C;
+        for (uint32_t t = lo; t < hi; ++t) {
+            const uint8_t c = pt.cell[t];
+            bool seen = false;   // an earlier term of the unit has this cell
+            for (uint32_t x = lo; x < t && !seen; ++x) seen = pt.cell[x] == c;
+            if (seen) continue;
+            double sum = 0.0;
+            for (uint32_t x = t; x < hi; ++x) {
+                if (pt.cell[x] == c) sum = pair_term_add(sum, pt.term[x]);
+            }
+            out[c] = to_f32(sum);   // a term's cell is in the kept triangle: an earlier token
+        }
+    }
+    return true;
+}
+
 // Stage "pair sums". Where the chunk's walkers are many (kWarpPathWalkers a unit) or the
 // block path would need many waves (kWarpPathWaves), the warps take the units one at a
 // time (warp_unit) as far as the stage room holds their rows and windows, and the block
@@ -343,6 +409,10 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
         long_count = 0;
     }
     __syncthreads();   // stage "records" has marked the walkers
+    if (sh.walkers <= blockDim.x && sh.walkers < kWarpPathWalkers * units &&
+        one_batch_units(a, k, arr, temp_base, temp_room, scan)) {
+        return;
+    }
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31u);
     const size_t room_bytes = warp_room_bytes(C);
     if (by_warps && static_cast<size_t>(warp) < room / room_bytes) {
