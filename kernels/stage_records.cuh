@@ -73,6 +73,56 @@ __device__ __forceinline__ void mark_walker(const KernelArgs& a, const Arrays& a
     if (static_cast<int>(threadIdx.x & 31u) == __ffs(peers) - 1) atomicOr(&arr.walk_mask[word], bits);
 }
 
+// The sorted payloads (with kLastK: stage "scans" marked each group's last valid write),
+// the row's padding, and per 32 positions the rank table. Four positions a thread and one
+// 16-byte store where the output allows (its row is a multiple of kRowAlign = 16 words):
+// eight threads then hold a rank block and merge their bits by shuffles.
+template <class Arrays>
+__device__ __forceinline__ void write_sorted_payloads(const KernelArgs& a, const Chunk& k, const Arrays& arr) {
+    const int n = k.n;
+    const int row = (n + kRowAlign - 1) / kRowAlign * kRowAlign;
+    int32_t* const pay_out = a.out.payload + k.c * row;
+    const int rank_blocks = (n + 31) / 32;
+    const uint32_t lane = threadIdx.x & 31u;
+    if ((reinterpret_cast<uintptr_t>(pay_out) & 15u) == 0u) {
+        static_assert(kRowAlign % 4 == 0, "rows of whole 16-byte groups");
+        for (int base = 0; base < row; base += 4 * static_cast<int>(blockDim.x)) {
+            const int r0 = base + 4 * static_cast<int>(threadIdx.x);
+            uint32_t p[4], bits = 0;   // bits: the write entries among the four
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                p[i] = r0 + i < n ? arr.payload[r0 + i] : kTailPayload;
+                if (r0 + i < n && !(p[i] & kIsQ)) bits |= 1u << i;
+            }
+            if (r0 < row) {
+                *reinterpret_cast<int4*>(pay_out + r0) = make_int4(static_cast<int32_t>(p[0]), static_cast<int32_t>(p[1]),
+                                                                   static_cast<int32_t>(p[2]), static_cast<int32_t>(p[3]));
+            }
+            if (a.out.spay_rank) {
+                uint32_t mask = bits << (4u * (lane & 7u));
+#pragma unroll
+                for (int d = 1; d < 8; d <<= 1) mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, d);
+                if ((lane & 7u) == 0u && r0 < n) write_rank(a.out, k.c, rank_blocks, r0 / 32, arr.writes[r0], mask);
+            }
+        }
+        return;
+    }
+    for (int base = 0; base < row; base += blockDim.x) {
+        const int r = base + threadIdx.x;
+        uint32_t p = 0;
+        if (r < n) {
+            p = arr.payload[r];
+            pay_out[r] = static_cast<int32_t>(p);
+        } else if (r < row) {
+            pay_out[r] = static_cast<int32_t>(kTailPayload);
+        }
+        if (a.out.spay_rank) {
+            const uint32_t mask = __ballot_sync(0xFFFFFFFFu, r < n && !(p & kIsQ));
+            if (lane == 0u && r < n) write_rank(a.out, k.c, rank_blocks, r / 32, arr.writes[r], mask);
+        }
+    }
+}
+
 template <class Arrays>
 __device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                      const ChunkShared& sh) {
@@ -92,26 +142,7 @@ __device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& 
     }
     if (threadIdx.x == 0) write_chunk_tails(a.out, f, static_cast<int32_t>(sh.valid_groups));
 
-    // The sorted payloads (with kLastK: stage "scans" marked each group's last valid write),
-    // the row's padding, and per 32 positions (one warp's) the rank table.
-    const int n = k.n;
-    const int64_t row = (static_cast<int64_t>(n) + kRowAlign - 1) / kRowAlign * kRowAlign;
-    int32_t* pay_out = a.out.payload + k.c * row;
-    const int rank_blocks = (n + 31) / 32;
-    for (int base = 0; base < row; base += blockDim.x) {
-        const int r = base + threadIdx.x;
-        uint32_t p = 0;
-        if (r < n) {
-            p = arr.payload[r];
-            pay_out[r] = static_cast<int32_t>(p);
-        } else if (r < row) {
-            pay_out[r] = static_cast<int32_t>(kTailPayload);
-        }
-        if (a.out.spay_rank) {
-            const uint32_t mask = __ballot_sync(0xFFFFFFFFu, r < n && !(p & kIsQ));
-            if ((threadIdx.x & 31u) == 0u && r < n) write_rank(a.out, k.c, rank_blocks, r / 32, arr.writes[r], mask);
-        }
-    }
+    write_sorted_payloads(a, k, arr);
 }
 
 }  // namespace cuda
