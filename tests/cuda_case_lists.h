@@ -77,6 +77,9 @@ inline CaseList cover_cases(const ListOptions& o) {
         // sorted distances at 4095; 31 repeats per token)
         spec("saturation-one-slot", 1, 256, 32, 4, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
         spec("hot-1-C256-W2", 1, 256, 2, 2, 1).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
+        // one slot, 511 walkers (one a thread) whose terms overflow the one-batch list: the
+        // pair sums start in one batch, then take the waves
+        spec("one-batch-overflow", 1, 128, 3, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(rec),
         // 37-bit keys (64-bit sort) in an 8192-entry chunk: a merge round of 64-bit keys
         spec("wide-keys-merge", 2, 128, 32, 32, int64_t{1} << 24).gate_kind(Gates::Mixed).fields(rec),
     };
@@ -283,7 +286,8 @@ inline CaseList bench_shape_cases(const ListOptions& o) {
 // on small chunks, cheap enough for the sanitizers: compact log-cumsums (normal,
 // logsigmoid, strong, zero gates) and the wide fallback (mixed and extreme gates span over
 // 63 bits), per-write gates, both value types, streams and a short last chunk, every field,
-// hot slots and slots repeated within tokens (long walks).
+// hot slots and slots repeated within tokens (long walks), a walker a thread whose terms
+// overflow the one-batch list.
 inline CaseList two_block_cases(const ListOptions& o) {
     const int64_t N = (2 * o.sms + 15) / 8 * 8;   // divisible by the streams below
     CaseList c = {
@@ -293,6 +297,7 @@ inline CaseList two_block_cases(const ListOptions& o) {
         spec("extreme-write-records", N, 8, 8, 2, 16).key_mode(Keys::Pool).gates_per_write().gate_kind(Gates::Extreme).value_kind(Values::Mixed).fields(kShippedWithRecords),
         spec("strong-int64-hot", N, 64, 4, 4, 3).ids64().key_mode(Keys::Random).gate_kind(Gates::Strong).fields(SDM_P1_DET_ALL),
         spec("zero-one-slot", N, 16, 8, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Zero).value_kind(Values::One).fields(SDM_P1_DET_ALL),
+        spec("one-batch-overflow", N, 64, 3, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
     };
     return seeded(thin(c, o, 2), "two_blocks", o);
 }
