@@ -5,11 +5,15 @@
 // canonical order of pair_term_add: the walkers of the unit in lane order, each one's terms
 // in walk order.
 //
-// Two paths. Where the chunk's walkers are many a unit, or the block path would need many
-// waves, the warps take the units one at a time (pair_warp.cuh: no block barrier) and leave
-// to the block the units with a walker of many terms (long groups). Otherwise the block
-// path does every unit. It runs its units in waves whose double rows fit the shared buffer. In a wave the walkers (stage "records" marks them in per-unit lane masks)
-// are numbered unit by unit, lane by lane, and handled in batches, one walker per thread:
+// Three paths. A chunk with at most a walker a thread whose terms fit one list (distinct
+// slots: most cells are 0) takes one batch without rows (one_batch_units): its walkers list
+// their terms at once, and each unit's thread stores the cells that have terms. Else, where
+// the chunk's walkers are many a unit, or the block path would need many waves, the warps
+// take the units one at a time (pair_warp.cuh: no block barrier) and leave to the block the
+// units with a walker of many terms (long groups). Otherwise the block path does every
+// unit. It runs its units in waves whose double rows fit the shared buffer. In a wave the
+// walkers (stage "records" marks them in per-unit lane masks) are numbered unit by unit,
+// lane by lane, and handled in batches, one walker per thread:
 //  1. each walker counts its terms; a block scan of the counts gives each its place in the
 //     batch's term list, and the batch takes the walkers whose terms fit the list;
 //  2. each walker computes its terms (the exps: in parallel over the block) into the list;
@@ -369,7 +373,10 @@ __device__ __forceinline__ bool one_batch_units(const KernelArgs& a, const Chunk
     if (threadIdx.x == blockDim.x - 1) pt.offset[blockDim.x] = incl[0];
     if (m != 0u && incl[0] <= pt.capacity) list_terms(a, arr, w, m, pt, incl[0] - m);
     __syncthreads();
-    if (pt.offset[walkers] > pt.capacity) return false;   // uniform
+    if (pt.offset[walkers] > pt.capacity) {   // uniform
+        __syncthreads();   // every thread has read the index before the next path takes the room
+        return false;
+    }
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
         const uint32_t lo = pt.offset[pt.first[u]], hi = pt.offset[pt.first[u + 1]];
         float* const out = (u & 1 ? out_qk : out_a) + (u >> 1) * C;
@@ -388,10 +395,13 @@ __device__ __forceinline__ bool one_batch_units(const KernelArgs& a, const Chunk
     return true;
 }
 
-// Stage "pair sums". Where the chunk's walkers are many (kWarpPathWalkers a unit) or the
-// block path would need many waves (kWarpPathWaves), the warps take the units one at a
-// time (warp_unit) as far as the stage room holds their rows and windows, and the block
-// then does the units with long walks; else the block does all.
+// Stage "pair sums". A chunk with at most a walker a thread (and fewer than
+// kWarpPathWalkers a unit) first tries one batch without rows (one_batch_units), which
+// stores every cell unless its terms overflow the list. Else, where the chunk's walkers are
+// many (kWarpPathWalkers a unit) or the block path would need many waves (kWarpPathWaves),
+// the warps take the units one at a time (warp_unit) as far as the stage room holds their
+// rows and windows, and the block then does the units with long walks; else the block does
+// all.
 template <class Arrays>
 __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                           const ChunkShared& sh, char* temp_base, size_t temp_room,
