@@ -183,7 +183,8 @@ if [ "$do_sanitizer" = 1 ]; then
             # every shared-memory access, would take over 8 minutes on it (and 45 s on the
             # quick "cover" family were not enough): the others take the first three cases
             # of that family (every stage, small chunks, the full-size kernel) and, as a
-            # second step, two of "two_blocks" (the half-size kernel, both log forms).
+            # second step, the quick "two_blocks" family (the half-size kernel, both log
+            # forms, hot slots, the one-batch pair sums falling back: 12 s under racecheck).
             if [ "$tool" = memcheck ]; then
                 run_step "sanitizer-$tool" sum_sanitizer \
                     "$sanitizer" --tool "$tool" --leak-check full --error-exitcode 1 \
@@ -194,7 +195,7 @@ if [ "$do_sanitizer" = 1 ]; then
                     "$build/tests/test_cuda" --quick --only cover --limit 3
                 run_step "sanitizer-$tool-two_blocks" sum_sanitizer \
                     "$sanitizer" --tool "$tool" --error-exitcode 1 \
-                    "$build/tests/test_cuda" --quick --only two_blocks --limit 2
+                    "$build/tests/test_cuda" --quick --only two_blocks
             fi
         fi
     done
