@@ -143,7 +143,7 @@ __device__ __forceinline__ void forward_tiles(const KernelArgs& a, const Chunk& 
     const int n = k.n;
     Item::prepare_gates(a, arr.gate, arr.log.shift);
     block_scan_begin(temp);
-    __syncthreads();
+    __syncthreads();   // the prepared gates, before any tile reads them
     for (int base = 0; base < n; base += static_cast<int>(blockDim.x) * kScanItems) {
         const uint32_t col = static_cast<uint32_t>(base / kScanItems) + threadIdx.x;
         const int r0 = static_cast<int>(col) * kScanItems;
