@@ -409,11 +409,6 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
     const int C = a.s.C;
     const uint32_t units = 2 * static_cast<uint32_t>(C);   // unit u: row u / 2 of a (u even) or of qk (u odd)
     __shared__ uint32_t next_unit, long_count;
-    const int per_wave = pair_wave_units(C, temp_room, static_cast<int>(blockDim.x));
-    const int block_waves = (static_cast<int>(units) + per_wave - 1) / per_wave;
-    const bool by_warps = sh.walkers >= kWarpPathWalkers * units || block_waves >= kWarpPathWaves;
-    const size_t room = by_warps ? temp_room - long_list_bytes() : temp_room;
-    uint16_t* const long_units = by_warps ? reinterpret_cast<uint16_t*>(temp_base + room) : nullptr;
     if (threadIdx.x == 0) {
         next_unit = 0;
         long_count = 0;
@@ -423,6 +418,11 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
         one_batch_units(a, k, arr, temp_base, temp_room, scan)) {
         return;
     }
+    const int per_wave = pair_wave_units(C, temp_room, static_cast<int>(blockDim.x));
+    const int block_waves = (static_cast<int>(units) + per_wave - 1) / per_wave;
+    const bool by_warps = sh.walkers >= kWarpPathWalkers * units || block_waves >= kWarpPathWaves;
+    const size_t room = by_warps ? temp_room - long_list_bytes() : temp_room;
+    uint16_t* const long_units = by_warps ? reinterpret_cast<uint16_t*>(temp_base + room) : nullptr;
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31u);
     const size_t room_bytes = warp_room_bytes(C);
     if (by_warps && static_cast<size_t>(warp) < room / room_bytes) {

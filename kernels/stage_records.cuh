@@ -74,51 +74,38 @@ __device__ __forceinline__ void mark_walker(const KernelArgs& a, const Arrays& a
 }
 
 // The sorted payloads (with kLastK: stage "scans" marked each group's last valid write),
-// the row's padding, and per 32 positions the rank table. Four positions a thread and one
-// 16-byte store where the output allows (its row is a multiple of kRowAlign = 16 words):
-// eight threads then hold a rank block and merge their bits by shuffles.
+// the row's padding, and per 32 positions the rank table. Four positions a thread (the row
+// is a multiple of kRowAlign = 16 words), stored by one 16-byte store where the output is
+// so aligned; eight threads hold a rank block and merge their bits by shuffles.
 template <class Arrays>
 __device__ __forceinline__ void write_sorted_payloads(const KernelArgs& a, const Chunk& k, const Arrays& arr) {
+    static_assert(kRowAlign % 4 == 0, "rows of whole four-position groups");
     const int n = k.n;
     const int row = (n + kRowAlign - 1) / kRowAlign * kRowAlign;
     int32_t* const pay_out = a.out.payload + k.c * row;
+    const bool aligned = (reinterpret_cast<uintptr_t>(pay_out) & 15u) == 0u;
     const int rank_blocks = (n + 31) / 32;
     const uint32_t lane = threadIdx.x & 31u;
-    if ((reinterpret_cast<uintptr_t>(pay_out) & 15u) == 0u) {
-        static_assert(kRowAlign % 4 == 0, "rows of whole 16-byte groups");
-        for (int base = 0; base < row; base += 4 * static_cast<int>(blockDim.x)) {
-            const int r0 = base + 4 * static_cast<int>(threadIdx.x);
-            uint32_t p[4], bits = 0;   // bits: the write entries among the four
+    for (int base = 0; base < row; base += 4 * static_cast<int>(blockDim.x)) {
+        const int r0 = base + 4 * static_cast<int>(threadIdx.x);
+        uint32_t p[4], bits = 0;   // bits: the write entries among the four
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                p[i] = r0 + i < n ? arr.payload[r0 + i] : kTailPayload;
-                if (r0 + i < n && !(p[i] & kIsQ)) bits |= 1u << i;
-            }
-            if (r0 < row) {
-                *reinterpret_cast<int4*>(pay_out + r0) = make_int4(static_cast<int32_t>(p[0]), static_cast<int32_t>(p[1]),
-                                                                   static_cast<int32_t>(p[2]), static_cast<int32_t>(p[3]));
-            }
-            if (a.out.spay_rank) {
-                uint32_t mask = bits << (4u * (lane & 7u));
-#pragma unroll
-                for (int d = 1; d < 8; d <<= 1) mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, d);
-                if ((lane & 7u) == 0u && r0 < n) write_rank(a.out, k.c, rank_blocks, r0 / 32, arr.writes[r0], mask);
-            }
+        for (int i = 0; i < 4; ++i) {
+            p[i] = r0 + i < n ? arr.payload[r0 + i] : kTailPayload;
+            if (r0 + i < n && !(p[i] & kIsQ)) bits |= 1u << i;
         }
-        return;
-    }
-    for (int base = 0; base < row; base += blockDim.x) {
-        const int r = base + threadIdx.x;
-        uint32_t p = 0;
-        if (r < n) {
-            p = arr.payload[r];
-            pay_out[r] = static_cast<int32_t>(p);
-        } else if (r < row) {
-            pay_out[r] = static_cast<int32_t>(kTailPayload);
+        if (r0 < row && aligned) {
+            *reinterpret_cast<int4*>(pay_out + r0) = make_int4(static_cast<int32_t>(p[0]), static_cast<int32_t>(p[1]),
+                                                               static_cast<int32_t>(p[2]), static_cast<int32_t>(p[3]));
+        } else if (r0 < row) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) pay_out[r0 + i] = static_cast<int32_t>(p[i]);
         }
         if (a.out.spay_rank) {
-            const uint32_t mask = __ballot_sync(0xFFFFFFFFu, r < n && !(p & kIsQ));
-            if (lane == 0u && r < n) write_rank(a.out, k.c, rank_blocks, r / 32, arr.writes[r], mask);
+            uint32_t mask = bits << (4u * (lane & 7u));
+#pragma unroll
+            for (int d = 1; d < 8; d <<= 1) mask |= __shfl_xor_sync(0xFFFFFFFFu, mask, d);
+            if ((lane & 7u) == 0u && r0 < n) write_rank(a.out, k.c, rank_blocks, r0 / 32, arr.writes[r0], mask);
         }
     }
 }
