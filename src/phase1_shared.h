@@ -450,10 +450,32 @@ SDM_HD float store_value(void* vals, bool bf16, int64_t i, float v) {
 // A 4-word record (krec, qrec): two int32 words, then two floats' bits.
 SDM_HD void put_record4(int32_t* rec, int64_t j, int32_t w0, int32_t w1, float w2, float w3) {
     int32_t* r = rec + 4 * j;
+#if defined(__CUDA_ARCH__)
+    // Records land at scattered row indices: one 16-byte store is one memory transaction
+    // where four word stores would be four.
+    if ((reinterpret_cast<uintptr_t>(r) & 15u) == 0u) {
+        *reinterpret_cast<int4*>(r) = make_int4(w0, w1, static_cast<int32_t>(f32_bits(w2)),
+                                                static_cast<int32_t>(f32_bits(w3)));
+        return;
+    }
+#endif
     r[0] = w0;
     r[1] = w1;
     r[2] = static_cast<int32_t>(f32_bits(w2));
     r[3] = static_cast<int32_t>(f32_bits(w3));
+}
+
+// A 2-word record (qrec8): an int32 word, then a float's bits.
+SDM_HD void put_record2(int32_t* rec, int64_t j, int32_t w0, float w1) {
+    int32_t* r = rec + 2 * j;
+#if defined(__CUDA_ARCH__)
+    if ((reinterpret_cast<uintptr_t>(r) & 7u) == 0u) {   // one 8-byte store (put_record4)
+        *reinterpret_cast<int2*>(r) = make_int2(w0, static_cast<int32_t>(f32_bits(w1)));
+        return;
+    }
+#endif
+    r[0] = w0;
+    r[1] = static_cast<int32_t>(f32_bits(w1));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -588,10 +610,7 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
         }
         if (out.spay_q) out.spay_q[cr + j] = elem;
         if (out.qrec) put_record4(out.qrec, cr + j, elem, slot, qw, 0.0f);
-        if (out.qrec8) {
-            out.qrec8[2 * (cr + j)] = slot;
-            out.qrec8[2 * (cr + j) + 1] = static_cast<int32_t>(f32_bits(qw));
-        }
+        if (out.qrec8) put_record2(out.qrec8, cr + j, slot, qw);
         if (out.tiles_q && f.tile.mod(e.row_index) == 0u) {
             const int ntq = (nq + f.L - 1) / f.L;
             const int64_t next = j + e.after + 1u;
