@@ -147,12 +147,28 @@ inline RunResult run_cpu(const CaseSpec& s, const Encoded& e) {
     return r;
 }
 
-// How a CUDA plan gets its output buffers: its own; the caller's for every field; or its own
-// with caller buffers for every other requested field (NULL elements fall back to the plan's).
-enum class OutMode { Plan, Caller, Mixed };
+// How a CUDA plan gets its output buffers: its own; the caller's for every field; the
+// caller's, each placed one element past a 256-byte boundary (the least alignment the API
+// accepts, so the kernels' wide stores take their unaligned paths); or its own with caller
+// buffers for every other requested field (NULL elements fall back to the plan's).
+enum class OutMode { Plan, Caller, CallerShifted, Mixed };
 
 inline const char* mode_name(OutMode m) {
-    return m == OutMode::Plan ? "plan buffers" : m == OutMode::Caller ? "caller buffers" : "mixed buffers";
+    switch (m) {
+        case OutMode::Plan: return "plan buffers";
+        case OutMode::Caller: return "caller buffers";
+        case OutMode::CallerShifted: return "caller buffers, shifted";
+        default: return "mixed buffers";
+    }
+}
+
+inline size_t dtype_size(int32_t dtype) {
+    switch (dtype) {
+        case SDM_P1_DTYPE_INT8: return 1;
+        case SDM_P1_DTYPE_BFLOAT16: return 2;
+        case SDM_P1_DTYPE_INT64: return 8;
+        default: return 4;
+    }
 }
 
 // A CUDA plan with the buffers of its output mode; poisons outputs before each execute.
@@ -160,7 +176,9 @@ class CudaPlan {
 public:
     CudaPlan(const CaseSpec& s, OutMode mode, const sdm_p1_allocator* alloc = nullptr) : mode_(mode) {
         sdm_p1_desc d = make_desc(s, SDM_P1_BACKEND_CUDA,
-                                  mode == OutMode::Caller ? SDM_P1_OUTPUTS_CALLER : SDM_P1_OUTPUTS_PLAN);
+                                  mode == OutMode::Caller || mode == OutMode::CallerShifted
+                                      ? SDM_P1_OUTPUTS_CALLER
+                                      : SDM_P1_OUTPUTS_PLAN);
         if (alloc != nullptr) d.allocator = *alloc;
         sdm_p1_plan* plan = nullptr;
         const sdm_p1_status st = sdm_p1_plan_create(&plan, &d);
@@ -171,10 +189,12 @@ public:
             given_[f] = nullptr;
             where_[f] = views_[f].data;
             if (!views_[f].requested) continue;
-            const bool own = mode == OutMode::Caller || (mode == OutMode::Mixed && f % 2 == 1);
+            const bool own = mode == OutMode::Caller || mode == OutMode::CallerShifted ||
+                             (mode == OutMode::Mixed && f % 2 == 1);
             if (own) {
-                caller_.emplace_back(views_[f].bytes);
-                given_[f] = where_[f] = caller_.back().get();
+                const size_t shift = mode == OutMode::CallerShifted ? dtype_size(views_[f].dtype) : 0;
+                caller_.emplace_back(views_[f].bytes + shift);
+                given_[f] = where_[f] = static_cast<char*>(caller_.back().get()) + shift;
             }
         }
     }
@@ -233,15 +253,6 @@ private:
 };
 
 // ---- comparison ---------------------------------------------------------------------------
-
-inline size_t dtype_size(int32_t dtype) {
-    switch (dtype) {
-        case SDM_P1_DTYPE_INT8: return 1;
-        case SDM_P1_DTYPE_BFLOAT16: return 2;
-        case SDM_P1_DTYPE_INT64: return 8;
-        default: return 4;
-    }
-}
 
 inline uint64_t element_bits(const Bytes& b, size_t i, size_t size) {
     uint64_t v = 0;

@@ -65,13 +65,17 @@ std::string cpu_alone(const CaseSpec& s) {
     return cpu.status == SDM_P1_SUCCESS ? "" : "cpu: " + cpu.error;
 }
 
-// A comparison family: each case once, the output mode rotating (plan, plan, caller, mixed).
+// A comparison family: each case once, the output mode rotating (plan, plan, caller, mixed,
+// plan, plan, shifted caller buffers, mixed).
 void run_cases(Tally& t, const std::string& family, const CaseList& cases, const Options& o,
                cudaStream_t stream) {
     if (!o.only.empty() && o.only != family) return;
     t.begin(family);
     for (size_t i = 0; i < cases.size() && (o.limit == 0 || i < o.limit); ++i) {
-        const OutMode mode = i % 4 == 2 ? OutMode::Caller : i % 4 == 3 ? OutMode::Mixed : OutMode::Plan;
+        const OutMode mode = i % 8 == 2   ? OutMode::Caller
+                             : i % 8 == 6 ? OutMode::CallerShifted
+                             : i % 4 == 3 ? OutMode::Mixed
+                                          : OutMode::Plan;
         const auto t0 = std::chrono::steady_clock::now();
         t.run(describe(cases[i]) + " (" + mode_name(mode) + ")", [&] {
             return o.cpu_only ? cpu_alone(cases[i]) : compare_backends(cases[i], mode, stream);
@@ -127,7 +131,7 @@ bool names(const std::string& message, const std::string& field) {
 
 void test_output_modes(Tally& t, const Options& o, cudaStream_t stream) {
     const CaseSpec s = api_case("modes", o.seed);
-    for (OutMode m : {OutMode::Plan, OutMode::Caller, OutMode::Mixed}) {
+    for (OutMode m : {OutMode::Plan, OutMode::Caller, OutMode::CallerShifted, OutMode::Mixed}) {
         t.run(mode_name(m), [&] { return compare_backends(s, m, stream); });
     }
 }
