@@ -1,12 +1,12 @@
 // The CUDA backend against the CPU backend, in one process, through the public C API only:
 // every output byte of every field, on seeded random and adversarial cases (the case
 // families of the Python reference tests, the largest shapes, every det_fields set, the
-// benchmark shapes), in both output modes; then the CUDA-specific promises: repeated
-// executes and other streams give the same bits, CUDA graph capture and replay, the caller's
-// allocator (used only at create / destroy), execute never waits for the stream, bad data
-// reported by sdm_p1_execute_status with the CPU backend's message, and host pointers
-// refused. Prints one line per family and "N passed, M failed"; exits 77 (a skip for meson)
-// where there is no CUDA device.
+// benchmark shapes), in both output modes (caller buffers also at the least alignment the API
+// accepts); then the CUDA-specific promises: repeated executes and other streams give the
+// same bits, CUDA graph capture and replay, the caller's allocator (used only at create /
+// destroy), execute never waits for the stream, bad data reported by sdm_p1_execute_status
+// with the CPU backend's message, and host pointers refused. Prints one line per family and
+// "N passed, M failed"; exits 77 (a skip for meson) where there is no CUDA device.
 //
 //   test_cuda [--quick] [--seed S] [--only FAMILY] [--limit K] [--cpu-only] [--verbose]
 //   --quick     a reduced case set (for compute-sanitizer)
