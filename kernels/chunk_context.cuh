@@ -140,6 +140,7 @@ struct ArrayLayout {
     Place gate_exp;     // double[C] exp of each token's gate (per-token gates only)
     Place walk_mask;    // uint32[C][mask_words(W) + mask_words(R)] per token: its write lanes,
                         // then its read lanes, that have an earlier entry in their group
+    Place slot;         // uint32[n] by sorted position: its slot - id_base (records only)
     // The stage temporaries (the sort's, the pair sums'), always in shared memory at
     // [stage, stage + stage_room). writes, before, end and firsts are written by the scans
     // and dead in the sort and the pair sums, so where they are in shared memory the stage
@@ -151,11 +152,12 @@ struct ArrayLayout {
 };
 
 // The layout of a chunk's arrays with `smem_limit` bytes of shared memory a block, of which
-// the stage temporaries need at least `stage_bytes`, with counts of `count_bytes` (2 or 4).
+// the stage temporaries need at least `stage_bytes`, with counts of `count_bytes` (2 or 4);
+// group_counts and slots: the plan needs firsts and slot.
 // The scans' arrays, which hold the stage, go first; then the others, first fit in the order
 // of how often they are read; the stage then grows into the room left.
-inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, int count_bytes,
-                                size_t stage_bytes, size_t smem_limit) {
+inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, bool slots,
+                                int count_bytes, size_t stage_bytes, size_t smem_limit) {
     const int n = C * (W + R);
     const size_t counts = align16(static_cast<size_t>(count_bytes) * n);
     ArrayLayout l{};
@@ -178,8 +180,8 @@ inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_
     l.stage = 0;
     if (smem < stage_bytes) smem = stage_bytes;
     l.stage_room = smem;
-    Place* const rest[] = {&l.payload, &l.log_low,   &l.position,  &l.value,
-                           &l.gate,    &l.gate_exp, &l.walk_mask, &l.log_high};
+    Place* const rest[] = {&l.payload,  &l.log_low,   &l.position, &l.value, &l.gate,
+                           &l.gate_exp, &l.walk_mask, &l.log_high, &l.slot};
     const size_t rest_bytes[] = {
         align16(4 * elements),
         align16(8 * elements),
@@ -189,8 +191,9 @@ inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_
         gate_width == 1 ? align16(8 * static_cast<size_t>(C)) : 0,
         align16(4 * static_cast<size_t>(C) * (mask_words(W) + mask_words(R))),
         align16(8 * elements),
+        slots ? align16(4 * static_cast<size_t>(n)) : 0,
     };
-    for (int i = 0; i < 8; ++i) place(*rest[i], rest_bytes[i], smem + rest_bytes[i] <= smem_limit);
+    for (int i = 0; i < 9; ++i) place(*rest[i], rest_bytes[i], smem + rest_bytes[i] <= smem_limit);
     // The room left goes to the stage (fewer pair-sum waves, a longer term list).
     const size_t spare = smem <= smem_limit ? (smem_limit - smem) / 16 * 16 : 0;
     for (Place* p : rest) {
@@ -303,6 +306,17 @@ struct Chunk {
     int n;              // entries
     int64_t id_base;    // first slot id of its stream
 };
+
+// The block's slot array (ArrayLayout::slot), null where the plan has none. Found from the
+// launch's constants where it is used rather than kept in ChunkArrays: one more pointer
+// live through the kernel made the scans spill.
+__device__ __forceinline__ uint32_t* slot_array(const KernelArgs& a) {
+    extern __shared__ __align__(16) char smem[];
+    const Place& p = a.layout.slot;
+    if (p.bytes == 0) return nullptr;
+    char* const base = p.in_smem ? smem : a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block;
+    return reinterpret_cast<uint32_t*>(base + p.offset);
+}
 
 // Block-wide scalars of the current chunk.
 struct ChunkShared {

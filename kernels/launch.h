@@ -25,6 +25,10 @@ struct KernelShape {
     bool idx64;              // int64 ids (else int32)
     bool bf16;               // bfloat16 values and value-typed outputs (else float32)
     bool group_counts;       // tiles or dc fields requested: the kernel counts groups
+    bool slots;              // sorted_rows with records: the kernel keeps each sorted position's slot
+    bool sorted_rows;        // the row fields in a pass of their own in sorted order, by a
+                             // kernel of its own (stage "records"); never set unless the
+                             // records or kspa are requested (cuda_backend.cpp decides)
 };
 
 // The first bad input of an execute, on the device. `key` is UINT64_MAX when none was found,
@@ -44,6 +48,7 @@ struct LaunchConfig {
     int threads;              // per block: 512, or 256 for two blocks an SM
     bool narrow_counts;       // the chunk's counts and positions in 16 bits (n < 2^16)
     bool on_chip;             // the core arrays in shared memory (the kernel knows it)
+    bool sorted_rows;         // KernelShape::sorted_rows
     size_t smem_bytes;        // dynamic shared memory per block
     size_t smem_limit;        // the most dynamic shared memory a block may have (the arrays
                               // that do not fit in it go to global scratch)

@@ -1,18 +1,10 @@
-// The CUDA backend's kernel: one thread block per chunk, from the ids to the last output,
-// with the chunk's arrays on chip where they fit. The stages are those of the CPU backend
-// (src/cpu/chunk.cpp), under the same names, each in its own header.
+// The CUDA backend's launch configuration and launch (launch.h), and the kernels that write
+// the row fields with the entry fields (phase1_kernel.cuh).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
-#include "chunk_context.cuh"
-#include "launch.h"
-#include "stage_decode.cuh"
-#include "stage_load.cuh"
-#include "stage_pairs.cuh"
-#include "stage_records.cuh"
-#include "stage_scans.cuh"
-#include "stage_sort.cuh"
+#include "phase1_kernel.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -37,76 +29,11 @@ bool narrow_counts(const KernelShape& s) { return s.C * (s.W + s.R) < 65536; }
 ArrayLayout chunk_layout(const KernelShape& s, int threads, size_t smem_limit) {
     const int count_bytes = narrow_counts(s) ? 2 : 4;
     const size_t stage = threads == kMaxThreads ? stage_bytes<kMaxThreads>() : stage_bytes<kMaxThreads / 2>();
-    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, count_bytes, stage, smem_limit);
+    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, s.slots, count_bytes, stage, smem_limit);
 }
 
-union ScanTemp {
-    ForwardScanTemp forward;
-    BlockScanTemp<BackwardItem> backward;
-    BlockScanTemp<uint32_t> pairs;
-};
-
-// One block per chunk (a persistent grid), Threads threads, counts and positions as Count;
-// OnChip: the layout keeps the core arrays in shared memory (core_arrays_in_smem).
-template <int Threads, typename Count, bool OnChip>
-__global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
-    phase1_kernel(const __grid_constant__ KernelArgs a) {
-    extern __shared__ __align__(16) char smem[];
-    __shared__ ChunkShared sh;
-    __shared__ ScanTemp scan_temp;
-    const KernelShape& s = a.s;
-    char* const global = a.scratch != nullptr
-                             ? a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block
-                             : nullptr;
-    char* const stage = smem + a.layout.stage;
-    const size_t stage_room = a.layout.stage_room;
-    ChunkArrays<Count> arr = bind_arrays<Count, OnChip>(smem, global, a.layout);
-    auto& sort_temp = *reinterpret_cast<SortTemp<Threads>*>(stage);
-    // Room on chip for the merge rounds' searches, where a key buffer is in global scratch.
-    const bool stage_keys = !(a.layout.log_low.in_smem && a.layout.log_high.in_smem) &&
-                            stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
-    const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};
-    const int n = s.C * (s.W + s.R);
-    for (int64_t c = blockIdx.x; c < s.N; c += gridDim.x) {
-        const Chunk k{c, c >= s.N - s.P ? s.valid_last : s.C, n, (c % s.P) * s.stream_offset};
-        if (threadIdx.x == 0) {
-            sh.error_code = kNoError;
-            sh.repeats = 0;
-            sh.valid_groups = 0;
-            sh.walkers = 0;
-            sh.gate_lowest_bit = 128;
-            sh.gate_bits = 0;
-        }
-        __syncthreads();
-        load_and_check(a, k, arr, sh);
-        prefetch_chunk(a, c + gridDim.x);
-        __syncthreads();
-        report_chunk_error(a, k, sh);
-        arr.log.shift = log_shift(sh.gate_lowest_bit, sh.gate_bits, s.C);
-        const InterleavedKeys sorted = sort_entries<Threads>(a, k, arr.keys, arr.keys_alt, staged, sort_temp);
-        decode(a, k, sorted, arr);
-        __syncthreads();
-        scan_forward(a, k, arr, sh, scan_temp.forward);
-        scan_backward(a, k, arr, sh, scan_temp.backward);
-        write_records(a, k, arr, sh);
-        pair_sums(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
-        if (threadIdx.x == 0 && sh.repeats != 0u) {
-            atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
-                      static_cast<unsigned long long>(sh.repeats));
-        }
-        __syncthreads();
-    }
-}
-
-using KernelFn = void (*)(KernelArgs);
-
-// The half-size block always has its core arrays on chip (configure); 32-bit counts mean a
-// chunk too large for shared memory.
-KernelFn kernel_for(const LaunchConfig& c) {
-    if (c.threads != kMaxThreads) return phase1_kernel<kMaxThreads / 2, uint16_t, true>;
-    if (!c.narrow_counts) return phase1_kernel<kMaxThreads, uint32_t, false>;
-    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true> : phase1_kernel<kMaxThreads, uint16_t, false>;
-}
+// The kernel of launch configuration c.
+KernelFn kernel_for(const LaunchConfig& c) { return c.sorted_rows ? sorted_rows_kernel(c) : kernel_of<false>(c); }
 
 // The most dynamic shared memory a block of `kernel` may use with `blocks` blocks an SM,
 // after setting the kernel's limit to the device's maximum.
@@ -135,6 +62,7 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     if (e != cudaSuccess) return e;
     LaunchConfig c{};
     c.narrow_counts = narrow_counts(s);
+    c.sorted_rows = s.sorted_rows;
     // Sets c.threads and c.smem_limit for `blocks` blocks an SM of `threads`, and per_sm;
     // *fits: the core arrays are on chip and the device holds that many such blocks.
     int per_sm = 0;

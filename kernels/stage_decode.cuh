@@ -1,5 +1,5 @@
 // Stage "decode": from the sorted keys, every sorted position's payload word (with its group
-// head bit) and every entry's sorted position.
+// head bit) and, where the plan has records, its slot; and every entry's sorted position.
 #ifndef SDM_P1_KERNELS_STAGE_DECODE_CUH
 #define SDM_P1_KERNELS_STAGE_DECODE_CUH
 
@@ -8,12 +8,15 @@
 namespace sdm_p1 {
 namespace cuda {
 
-template <class Arrays>
+// SortedRows: the kernel that writes the row fields in sorted order (write_records), which
+// keeps the slots where the plan has records.
+template <bool SortedRows, class Arrays>
 __device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, InterleavedKeys sorted,
                               const Arrays& arr) {
     const KernelShape& s = a.s;
     const int W = s.W, WR = W + s.R;
     const uint64_t entry_mask = (uint64_t{1} << a.entry_bits) - 1u;
+    uint32_t* const slots = SortedRows ? slot_array(a) : nullptr;
     for (int r = threadIdx.x; r < k.n; r += blockDim.x) {
         const uint64_t key = sorted[r];
         const int e = static_cast<int>(key & entry_mask);
@@ -30,6 +33,7 @@ __device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, Inte
         }
         arr.payload[r] = payload_word(t, lane, is_q, valid) | (head ? kHead : 0u);
         arr.position[e] = static_cast<typename Arrays::Count>(r);
+        if (slots) slots[r] = static_cast<uint32_t>(slot);
     }
 }
 

@@ -1,8 +1,10 @@
 // Stage "records": every per-entry output, the sorted rows, the records and the tile indices,
 // through the shared write_entry_outputs. The facts of an entry come from the scans' arrays
-// in O(1), so the writes run in entry order: one pass over the write entries, one over the
-// read entries (no divergence between the kinds, coalesced per-entry stores), then the sorted
-// payloads and the rank table in sorted order.
+// in O(1), so the writes run in the order of the fields' index: the per-entry fields in entry
+// order (one pass over the write entries, one over the read entries: no divergence between
+// the kinds, coalesced stores), the sorted payloads and the rank table in sorted order, and
+// the row fields either with the entry fields (in entry order: scattered over the row) or,
+// where the records or kspa are requested, in a pass of their own in sorted order.
 #ifndef SDM_P1_KERNELS_STAGE_RECORDS_CUH
 #define SDM_P1_KERNELS_STAGE_RECORDS_CUH
 
@@ -17,14 +19,18 @@ __device__ __forceinline__ uint32_t writes_through(const Arrays& arr, uint32_t r
     return arr.writes[r] + ((arr.payload[r] & kIsQ) ? 0u : 1u);
 }
 
-// The facts of lane `lane` of token t (a read entry if is_q).
+// The facts of the entry at sorted position r with payload word p (kLastK clear), lane `lane`
+// of token t (a read entry if is_q), that write_entry_outputs needs for `which` of its
+// outputs; its log facts and value only where `logs`. Its slot, where the records need it:
+// from the slot array by sorted position for the row fields alone (write_rows), else from
+// the ids.
 template <class Arrays>
-__device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                         int t, int lane, bool is_q, uint32_t valid_groups) {
+__device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const Chunk& k, const Arrays& arr, uint32_t r,
+                                               uint32_t p, int t, int lane, bool is_q, uint32_t valid_groups,
+                                               EntryOutputs which, bool logs) {
     const KernelShape& s = a.s;
     const int WR = s.W + s.R;
-    const uint32_t r = arr.position[t * WR + (is_q ? s.W : 0) + lane];
-    const uint32_t p = arr.payload[r] & ~kLastK;   // EntryFacts::payload has it clear
+    const bool rows = which != EntryOutputs::kEntryFields;
     const bool valid = !(p & kInvalid);
     const uint32_t end = arr.end[r];
     // In a group every entry is valid: its write entries are its valid writes.
@@ -34,30 +40,47 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
     e.payload = p;
     e.before = arr.before[r];
     e.after = !valid ? 0u : is_q ? (end - r) - writes_after : writes_after;
-    // A valid write with no valid write before it in its group has its own gate as log.
-    const bool own_gate = arr.gate_exp && valid && !is_q && e.before == 0u;
-    if (own_gate) e.exp_log = arr.gate_exp[t];
-    const bool with_exp_rex = a.out.krec != nullptr;
-    if (arr.log.shift >= 0) {
-        const int64_t log = static_cast<int64_t>(arr.log.low[r]);
-        const int64_t rex = static_cast<int64_t>(arr.log.low[end] - arr.log.low[r]);   // exact: |rex| < 2^63
-        set_log_facts_compact(e, log, rex, arr.log.shift, !is_q, with_exp_rex, own_gate);
+    if (logs) {
+        // A valid write with no valid write before it in its group has its own gate as log.
+        const bool own_gate = arr.gate_exp && valid && !is_q && e.before == 0u;
+        if (own_gate) e.exp_log = arr.gate_exp[t];
+        const bool with_exp_rex = rows && a.out.krec != nullptr;
+        if (arr.log.shift >= 0) {
+            const int64_t log = static_cast<int64_t>(arr.log.low[r]);
+            const int64_t rex = static_cast<int64_t>(arr.log.low[end] - arr.log.low[r]);   // exact: |rex| < 2^63
+            set_log_facts_compact(e, log, rex, arr.log.shift, !is_q, with_exp_rex, own_gate);
+        } else {
+            const Fix log = arr.log.get(r);
+            set_log_facts(e, log, fix_sub(arr.log.get(end), log), !is_q, with_exp_rex, own_gate);
+        }
+        e.value = valid ? arr.value[t * WR + (is_q ? s.W : 0) + lane] : 0.0f;
     } else {
-        const Fix log = arr.log.get(r);
-        set_log_facts(e, log, fix_sub(arr.log.get(end), log), !is_q, with_exp_rex, own_gate);
+        e.log_f32 = e.rex_f32 = e.value = 0.0f;
+        e.exp_log = e.exp_total = e.exp_rex = 1.0;
     }
     const int64_t tok = k.c * s.C + t;
-    e.value = valid ? arr.value[t * WR + (is_q ? s.W : 0) + lane] : 0.0f;
     // The slot only goes into the records.
-    const bool slot_needed = is_q ? (a.out.qrec || a.out.qrec8) : a.out.krec != nullptr;
+    const bool slot_needed = rows && (is_q ? (a.out.qrec || a.out.qrec8) : a.out.krec != nullptr);
     e.slot_key = 0;
     if (valid && slot_needed) {
-        e.slot_key = (is_q ? load_id(a.q_idx, s.idx64, tok * s.R + lane)
-                           : load_id(a.k_idx, s.idx64, tok * s.W + lane)) - k.id_base;
+        e.slot_key = which == EntryOutputs::kRowFields
+                         ? static_cast<int64_t>(slot_array(a)[r])
+                         : (is_q ? load_id(a.q_idx, s.idx64, tok * s.R + lane)
+                                 : load_id(a.k_idx, s.idx64, tok * s.W + lane)) - k.id_base;
     }
     e.row_index = is_q ? r - arr.writes[r] : arr.writes[r];
     e.groups_before = (!is_q && arr.firsts) ? static_cast<int32_t>(valid_groups - arr.firsts[r]) : 0;
     return e;
+}
+
+// The facts of lane `lane` of token t (a read entry if is_q) for `which` of its outputs.
+template <class Arrays>
+__device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chunk& k, const Arrays& arr,
+                                         int t, int lane, bool is_q, uint32_t valid_groups,
+                                         EntryOutputs which) {
+    const uint32_t r = arr.position[t * (a.s.W + a.s.R) + (is_q ? a.s.W : 0) + lane];
+    const uint32_t p = arr.payload[r] & ~kLastK;   // EntryFacts::payload has it clear
+    return facts_at(a, k, arr, r, p, t, lane, is_q, valid_groups, which, true);
 }
 
 // Marks the entry with payload p (lane `lane` of token t) in its unit's mask if it is a
@@ -110,25 +133,47 @@ __device__ __forceinline__ void write_sorted_payloads(const KernelArgs& a, const
     }
 }
 
+// The row fields of every sorted position, in sorted order: a warp's stores to a row are
+// then mostly contiguous (in entry order they scatter over the row).
 template <class Arrays>
+__device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, const Arrays& arr,
+                                           const ChunkFacts& f, uint32_t valid_groups) {
+    // Of the row fields, the records and kspa alone read the log facts and the value.
+    const bool k_logs = a.out.krec || a.out.kspa, q_logs = a.out.qrec || a.out.qrec8;
+    for (int r = threadIdx.x; r < k.n; r += blockDim.x) {
+        const uint32_t p = arr.payload[r] & ~kLastK;
+        const bool is_q = (p & kIsQ) != 0u;
+        const EntryFacts e = facts_at(a, k, arr, static_cast<uint32_t>(r), p, payload_token(p),
+                                      static_cast<int>(p & kLaneMask), is_q, valid_groups,
+                                      EntryOutputs::kRowFields, is_q ? q_logs : k_logs);
+        write_entry_outputs(a.out, f, e, EntryOutputs::kRowFields);
+    }
+}
+
+// SortedRows: the row fields in a pass of their own, in sorted order (write_rows), for plans
+// that request the records or kspa (KernelShape::sorted_rows). A kernel of its own: compiled
+// into the kernel of the other plans, the pass cost them registers and instruction-cache
+// room (2-24 % slower).
+template <bool SortedRows, class Arrays>
 __device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                      const ChunkShared& sh) {
     const KernelShape& s = a.s;
     const ChunkFacts f{k.c, s.C, s.W, s.R, s.rec_tile, k.id_base, s.bf16, a.out.kspa ? a.beta : nullptr, a.div.tile};
+    const EntryOutputs which = SortedRows ? EntryOutputs::kEntryFields : EntryOutputs::kAll;
     for (int x = threadIdx.x; x < s.C * s.W; x += blockDim.x) {
         const int t = a.div.W.div(x), lane = x - t * s.W;
-        const EntryFacts e = entry_facts(a, k, arr, t, lane, false, sh.valid_groups);
-        write_entry_outputs(a.out, f, e);
+        const EntryFacts e = entry_facts(a, k, arr, t, lane, false, sh.valid_groups, which);
+        write_entry_outputs(a.out, f, e, which);
         mark_walker(a, arr, t, lane, false, e.payload);
     }
     for (int x = threadIdx.x; x < s.C * s.R; x += blockDim.x) {
         const int t = a.div.R.div(x), lane = x - t * s.R;
-        const EntryFacts e = entry_facts(a, k, arr, t, lane, true, sh.valid_groups);
-        write_entry_outputs(a.out, f, e);
+        const EntryFacts e = entry_facts(a, k, arr, t, lane, true, sh.valid_groups, which);
+        write_entry_outputs(a.out, f, e, which);
         mark_walker(a, arr, t, lane, true, e.payload);
     }
     if (threadIdx.x == 0) write_chunk_tails(a.out, f, static_cast<int32_t>(sh.valid_groups));
-
+    if (SortedRows) write_rows(a, k, arr, f, sh.valid_groups);
     write_sorted_payloads(a, k, arr);
 }
 

@@ -436,6 +436,9 @@ SDM_HD float load_value(const void* vals, bool bf16, int64_t i) {
                 : static_cast<const float*>(vals)[i];
 }
 
+// A float32 result as the value dtype holds it, widened back to float (store_value's result).
+SDM_HD float value_rounded(bool bf16, float v) { return bf16 ? bf16_to_f32(bf16_from_f32(v)) : v; }
+
 // Stores a float32 result in the value dtype; returns the stored value widened to float.
 SDM_HD float store_value(void* vals, bool bf16, int64_t i, float v) {
     if (bf16) {
@@ -551,7 +554,20 @@ struct EntryFacts {
 // groups_before of a K entry: the valid slot groups whose first K entry lies before it in the
 // sorted row (for a valid K entry that is not its group's first, its own group counts).
 
-SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, const EntryFacts& e) {
+// Which of an entry's outputs write_entry_outputs writes: all, or one of the two kinds
+// (a backend may write the kinds in different orders).
+//   entry fields, indexed by entry (token and lane): cpe, log_k, rex, k_eff, the flags,
+//     pos_k, dc_kpos; log_q, q_w, pos_q, the read flags. They read r, payload, before,
+//     after, the log facts but exp_rex, value and groups_before.
+//   row fields, indexed by the entry's place in the sorted write (K) or read (Q) row,
+//     e.row_index: spay_k, krec, kspa, the K tile indices, dc_bpre; spay_q, qrec, qrec8,
+//     the Q tile indices. They read r, payload, before, after, row_index, slot_key,
+//     groups_before and, where the records or kspa are requested, the log facts and value.
+enum class EntryOutputs { kAll, kEntryFields, kRowFields };
+
+SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, const EntryFacts& e,
+                                EntryOutputs which = EntryOutputs::kAll) {
+    const bool entry = which != EntryOutputs::kRowFields, row = which != EntryOutputs::kEntryFields;
     const uint32_t p = e.payload;
     const bool valid = !(p & kInvalid);
     const bool is_q = (p & kIsQ) != 0u;
@@ -567,24 +583,28 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
         const int nk = f.C * f.W, nwk = (nk + 31) / 32;
         const int64_t cw = f.c * nk;
         const int64_t o = cw + t * f.W + lane;
-        const float cpe_stored = store_value(out.cpe, f.bf16, o, to_f32(e.exp_total));
-        out.log_k[o] = e.log_f32;
-        out.rex[o] = e.rex_f32;
-        store_value(out.k_eff, f.bf16, o, scaled_f32(e.value, e_log));
+        float cpe_stored = 0.0f;   // cpe as stored (krec repeats it)
+        if (entry) cpe_stored = store_value(out.cpe, f.bf16, o, to_f32(e.exp_total));
         const bool last = valid && e.after == 0u;
-        if (out.is_last) {
-            out.is_last[o] = last ? 1 : 0;
-            out.is_only[o] = (last && e.before == 0u) ? 1 : 0;
+        if (entry) {
+            out.log_k[o] = e.log_f32;
+            out.rex[o] = e.rex_f32;
+            store_value(out.k_eff, f.bf16, o, scaled_f32(e.value, e_log));
+            if (out.is_last) {
+                out.is_last[o] = last ? 1 : 0;
+                out.is_only[o] = (last && e.before == 0u) ? 1 : 0;
+            }
+            if (out.pos_k) out.pos_k[o] = packed;
         }
-        if (out.pos_k) out.pos_k[o] = packed;
-        if (out.spay_k) out.spay_k[cw + j] = elem;
-        if (out.krec) {
+        if (row && out.spay_k) out.spay_k[cw + j] = elem;
+        if (row && out.krec) {
+            if (!entry) cpe_stored = value_rounded(f.bf16, to_f32(e.exp_total));
             put_record4(out.krec, cw + j, elem, slot, scaled_f32(e.value, e.exp_rex), cpe_stored);
         }
-        if (out.kspa) {
+        if (row && out.kspa) {
             out.kspa[cw + j] = valid ? neg_beta_scaled_f32(f.beta[f.c * f.C + t], e.value, e_log) : 0.0f;
         }
-        if ((out.tiles_k || out.segb_k) && f.tile.mod(e.row_index) == 0u) {
+        if (row && (out.tiles_k || out.segb_k) && f.tile.mod(e.row_index) == 0u) {
             const int ntk = (nk + f.L - 1) / f.L;
             const int64_t tile = f.c * (ntk + 1) + static_cast<int64_t>(f.tile.div(e.row_index));
             if (out.tiles_k) {
@@ -593,25 +613,27 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
             }
             if (out.segb_k) out.segb_k[tile] = e.groups_before;
         }
-        if (out.dc_kpos) out.dc_kpos[o] = (valid && e.before == 0u) ? e.groups_before : -1;
-        if (out.dc_bpre && j % 32u == 0u) out.dc_bpre[f.c * (nwk + 1) + j / 32u] = e.groups_before;
+        if (entry && out.dc_kpos) out.dc_kpos[o] = (valid && e.before == 0u) ? e.groups_before : -1;
+        if (row && out.dc_bpre && j % 32u == 0u) out.dc_bpre[f.c * (nwk + 1) + j / 32u] = e.groups_before;
     } else {
         const int nq = f.C * f.R;
         const int64_t cr = f.c * nq;
         const int64_t o = cr + t * f.R + lane;
-        out.log_q[o] = e.log_f32;
+        if (entry) out.log_q[o] = e.log_f32;
         const float qw = scaled_f32(e.value, e_log);
-        store_value(out.q_w, f.bf16, o, qw);
-        if (out.pos_q) out.pos_q[o] = packed;
-        if (out.q_last) {
-            const bool last = valid && e.after == 0u;
-            out.q_last[o] = last ? 1 : 0;
-            out.q_only[o] = (last && e.before == 0u) ? 1 : 0;
+        if (entry) {
+            store_value(out.q_w, f.bf16, o, qw);
+            if (out.pos_q) out.pos_q[o] = packed;
+            if (out.q_last) {
+                const bool last = valid && e.after == 0u;
+                out.q_last[o] = last ? 1 : 0;
+                out.q_only[o] = (last && e.before == 0u) ? 1 : 0;
+            }
         }
-        if (out.spay_q) out.spay_q[cr + j] = elem;
-        if (out.qrec) put_record4(out.qrec, cr + j, elem, slot, qw, 0.0f);
-        if (out.qrec8) put_record2(out.qrec8, cr + j, slot, qw);
-        if (out.tiles_q && f.tile.mod(e.row_index) == 0u) {
+        if (row && out.spay_q) out.spay_q[cr + j] = elem;
+        if (row && out.qrec) put_record4(out.qrec, cr + j, elem, slot, qw, 0.0f);
+        if (row && out.qrec8) put_record2(out.qrec8, cr + j, slot, qw);
+        if (row && out.tiles_q && f.tile.mod(e.row_index) == 0u) {
             const int ntq = (nq + f.L - 1) / f.L;
             const int64_t next = j + e.after + 1u;
             out.tiles_q[f.c * (ntq + 1) + static_cast<int64_t>(f.tile.div(e.row_index))] =

@@ -82,6 +82,10 @@ inline CaseList cover_cases(const ListOptions& o) {
         spec("one-batch-overflow", 1, 128, 3, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(rec),
         // 37-bit keys (64-bit sort) in an 8192-entry chunk: a merge round of 64-bit keys
         spec("wide-keys-merge", 2, 128, 32, 32, int64_t{1} << 24).gate_kind(Gates::Mixed).fields(rec),
+        // the row fields in sorted order from num_keys = C (W + R) up, else with the entry
+        // fields (src/cuda/cuda_backend.cpp: sorted_rows)
+        spec("rows-sorted-at-n", 2, 64, 32, 32, 4096).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
+        spec("rows-in-entry-order-below-n", 2, 64, 32, 32, 4095).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
     };
     if (o.quick) {   // the saturation chunk's pair sums are slow under the sanitizers
         c = thin(c, o, 3);
@@ -298,6 +302,10 @@ inline CaseList two_block_cases(const ListOptions& o) {
         spec("strong-int64-hot", N, 64, 4, 4, 3).ids64().key_mode(Keys::Random).gate_kind(Gates::Strong).fields(SDM_P1_DET_ALL),
         spec("zero-one-slot", N, 16, 8, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Zero).value_kind(Values::One).fields(SDM_P1_DET_ALL),
         spec("one-batch-overflow", N, 64, 3, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
+        // the half-size kernel with the row fields in sorted order: kspa alone (no slots),
+        // then every field (the quick set keeps the second)
+        spec("sorted-rows-kspa-bf16", N, 16, 4, 4, 1000).bfloat16().key_mode(Keys::Pool).gate_kind(Gates::Mixed).fields(SDM_P1_DET_SHIPPED | SDM_P1_DET_KSPA),
+        spec("sorted-rows-int64-write", N, 16, 4, 4, 128).ids64().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
     };
     return seeded(thin(c, o, 2), "two_blocks", o);
 }

@@ -1,0 +1,105 @@
+// The CUDA backend's kernel: one thread block per chunk, from the ids to the last output,
+// with the chunk's arrays on chip where they fit. The stages are those of the CPU backend
+// (src/cpu/chunk.cpp), under the same names, each in its own header. Its instantiations are
+// compiled in two translation units (phase1.cu, phase1_sorted_rows.cu), in parallel.
+#ifndef SDM_P1_KERNELS_PHASE1_KERNEL_CUH
+#define SDM_P1_KERNELS_PHASE1_KERNEL_CUH
+
+#include <cuda_runtime.h>
+
+#include "chunk_context.cuh"
+#include "launch.h"
+#include "stage_decode.cuh"
+#include "stage_load.cuh"
+#include "stage_pairs.cuh"
+#include "stage_records.cuh"
+#include "stage_scans.cuh"
+#include "stage_sort.cuh"
+
+namespace sdm_p1 {
+namespace cuda {
+
+using KernelFn = void (*)(KernelArgs);
+
+// The kernel of launch configuration c with SortedRows (defined in phase1_sorted_rows.cu).
+KernelFn sorted_rows_kernel(const LaunchConfig& c);
+
+// Each translation unit has its own instantiations.
+namespace {
+
+union ScanTemp {
+    ForwardScanTemp forward;
+    BlockScanTemp<BackwardItem> backward;
+    BlockScanTemp<uint32_t> pairs;
+};
+
+// One block per chunk (a persistent grid), Threads threads, counts and positions as Count;
+// OnChip: the layout keeps the core arrays in shared memory (core_arrays_in_smem);
+// SortedRows: the row fields in sorted order (stage "records", KernelShape::sorted_rows).
+template <int Threads, typename Count, bool OnChip, bool SortedRows>
+__global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
+    phase1_kernel(const __grid_constant__ KernelArgs a) {
+    extern __shared__ __align__(16) char smem[];
+    __shared__ ChunkShared sh;
+    __shared__ ScanTemp scan_temp;
+    const KernelShape& s = a.s;
+    char* const global = a.scratch != nullptr
+                             ? a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block
+                             : nullptr;
+    char* const stage = smem + a.layout.stage;
+    const size_t stage_room = a.layout.stage_room;
+    ChunkArrays<Count> arr = bind_arrays<Count, OnChip>(smem, global, a.layout);
+    auto& sort_temp = *reinterpret_cast<SortTemp<Threads>*>(stage);
+    // Room on chip for the merge rounds' searches, where a key buffer is in global scratch.
+    const bool stage_keys = !(a.layout.log_low.in_smem && a.layout.log_high.in_smem) &&
+                            stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
+    const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};
+    const int n = s.C * (s.W + s.R);
+    for (int64_t c = blockIdx.x; c < s.N; c += gridDim.x) {
+        const Chunk k{c, c >= s.N - s.P ? s.valid_last : s.C, n, (c % s.P) * s.stream_offset};
+        if (threadIdx.x == 0) {
+            sh.error_code = kNoError;
+            sh.repeats = 0;
+            sh.valid_groups = 0;
+            sh.walkers = 0;
+            sh.gate_lowest_bit = 128;
+            sh.gate_bits = 0;
+        }
+        __syncthreads();
+        load_and_check(a, k, arr, sh);
+        prefetch_chunk(a, c + gridDim.x);
+        __syncthreads();
+        report_chunk_error(a, k, sh);
+        arr.log.shift = log_shift(sh.gate_lowest_bit, sh.gate_bits, s.C);
+        const InterleavedKeys sorted = sort_entries<Threads>(a, k, arr.keys, arr.keys_alt, staged, sort_temp);
+        decode<SortedRows>(a, k, sorted, arr);
+        __syncthreads();
+        scan_forward(a, k, arr, sh, scan_temp.forward);
+        scan_backward(a, k, arr, sh, scan_temp.backward);
+        write_records<SortedRows>(a, k, arr, sh);
+        pair_sums(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
+        if (threadIdx.x == 0 && sh.repeats != 0u) {
+            atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
+                      static_cast<unsigned long long>(sh.repeats));
+        }
+        __syncthreads();
+    }
+}
+
+// The kernel of launch configuration c among those with SortedRows. The half-size block
+// always has its core arrays on chip (configure); 32-bit counts mean a chunk too large for
+// shared memory.
+template <bool SortedRows>
+KernelFn kernel_of(const LaunchConfig& c) {
+    if (c.threads != kMaxThreads) return phase1_kernel<kMaxThreads / 2, uint16_t, true, SortedRows>;
+    if (!c.narrow_counts) return phase1_kernel<kMaxThreads, uint32_t, false, SortedRows>;
+    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true, SortedRows>
+                     : phase1_kernel<kMaxThreads, uint16_t, false, SortedRows>;
+}
+
+}  // namespace
+
+}  // namespace cuda
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_KERNELS_PHASE1_KERNEL_CUH
