@@ -140,7 +140,7 @@ struct ArrayLayout {
     Place gate_exp;     // double[C] exp of each token's gate (per-token gates only)
     Place walk_mask;    // uint32[C][mask_words(W) + mask_words(R)] per token: its write lanes,
                         // then its read lanes, that have an earlier entry in their group
-    Place slot;         // uint32[n] by sorted position: its slot - id_base (records only)
+    Place slot;         // uint32[n] by sorted position: its slot - id_base (KernelShape::slots)
     // The stage temporaries (the sort's, the pair sums'), always in shared memory at
     // [stage, stage + stage_room). writes, before, end and firsts are written by the scans
     // and dead in the sort and the pair sums, so where they are in shared memory the stage

@@ -179,7 +179,7 @@ if [ "$do_sanitizer" = 1 ]; then
         elif [ -z "$sanitizer" ]; then
             skip_step "sanitizer-$tool" "compute-sanitizer not found"
         else
-            # memcheck takes the quick set (about 45 s on an H200); racecheck, which follows
+            # memcheck takes the quick set (about 130 s on an H200); racecheck, which follows
             # every shared-memory access, would take over 8 minutes on it (and 45 s on the
             # quick "cover" family were not enough): the others take the first three cases
             # of that family (every stage, small chunks, the full-size kernel) and, as a
