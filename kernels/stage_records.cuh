@@ -22,12 +22,12 @@ __device__ __forceinline__ uint32_t writes_through(const Arrays& arr, uint32_t r
 // The facts of the entry at sorted position r with payload word p (kLastK clear), lane `lane`
 // of token t (a read entry if is_q), that write_entry_outputs needs for `which` of its
 // outputs; its log facts and value only where `logs`. Its slot, where the records need it:
-// from the slot array by sorted position for the row fields alone (write_rows), else from
-// the ids.
+// for the row fields alone (write_rows) `row_slot`, read from the slot array by the caller,
+// else from the ids.
 template <class Arrays>
 __device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const Chunk& k, const Arrays& arr, uint32_t r,
                                                uint32_t p, int t, int lane, bool is_q, uint32_t valid_groups,
-                                               EntryOutputs which, bool logs) {
+                                               EntryOutputs which, bool logs, uint32_t row_slot) {
     const KernelShape& s = a.s;
     const int WR = s.W + s.R;
     const bool rows = which != EntryOutputs::kEntryFields;
@@ -64,7 +64,7 @@ __device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const Chunk&
     e.slot_key = 0;
     if (valid && slot_needed) {
         e.slot_key = which == EntryOutputs::kRowFields
-                         ? static_cast<int64_t>(slot_array(a)[r])
+                         ? static_cast<int64_t>(row_slot)
                          : (is_q ? load_id(a.q_idx, s.idx64, tok * s.R + lane)
                                  : load_id(a.k_idx, s.idx64, tok * s.W + lane)) - k.id_base;
     }
@@ -80,7 +80,7 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chu
                                          EntryOutputs which) {
     const uint32_t r = arr.position[t * (a.s.W + a.s.R) + (is_q ? a.s.W : 0) + lane];
     const uint32_t p = arr.payload[r] & ~kLastK;   // EntryFacts::payload has it clear
-    return facts_at(a, k, arr, r, p, t, lane, is_q, valid_groups, which, true);
+    return facts_at(a, k, arr, r, p, t, lane, is_q, valid_groups, which, true, 0u);
 }
 
 // Marks the entry with payload p (lane `lane` of token t) in its unit's mask if it is a
@@ -140,12 +140,17 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
                                            const ChunkFacts& f, uint32_t valid_groups) {
     // Of the row fields, the records and kspa alone read the log facts and the value.
     const bool k_logs = a.out.krec || a.out.kspa, q_logs = a.out.qrec || a.out.qrec8;
+    const uint32_t* const slots = slot_array(a);
     for (int r = threadIdx.x; r < k.n; r += blockDim.x) {
+        // The slot array is in global scratch where the chunk fills shared memory: its load
+        // goes first, to be waited on after the facts (measured: 20 % of the pass's stall
+        // samples when loaded where used).
+        const uint32_t slot = slots ? slots[r] : 0u;
         const uint32_t p = arr.payload[r] & ~kLastK;
         const bool is_q = (p & kIsQ) != 0u;
         const EntryFacts e = facts_at(a, k, arr, static_cast<uint32_t>(r), p, payload_token(p),
                                       static_cast<int>(p & kLaneMask), is_q, valid_groups,
-                                      EntryOutputs::kRowFields, is_q ? q_logs : k_logs);
+                                      EntryOutputs::kRowFields, is_q ? q_logs : k_logs, slot);
         write_entry_outputs(a.out, f, e, EntryOutputs::kRowFields);
     }
 }
