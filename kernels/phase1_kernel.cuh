@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
     const size_t stage_room = a.layout.stage_room;
     ChunkArrays<Count> arr = bind_arrays<Count, OnChip>(smem, global, a.layout);
     auto& sort_temp = *reinterpret_cast<SortTemp<Threads>*>(stage);
-    // Room on chip for the merge rounds' searches, where a key buffer is in global scratch.
+    // Room on chip for the merge rounds' runs, where a key buffer is in global scratch.
     const bool stage_keys = !(a.layout.log_low.in_smem && a.layout.log_high.in_smem) &&
                             stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
     const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};

@@ -1,8 +1,8 @@
 // Stage "sort": the chunk's sort keys (slot << entry_bits | entry, distinct) in ascending
 // order. Each tile of keys (sort_tile_keys), which arrive in entry order, is sorted on chip
 // by CUB's stable block radix sort on the slot bits alone (5 bits a pass), which orders it
-// by the whole key; longer rows are completed by merge rounds in which every key finds its
-// output place by a binary search in the other run (a thread's searches in lockstep).
+// by the whole key; longer rows are completed by merge rounds, each thread merging spans
+// of consecutive outputs from the place a merge-path search finds in the two runs.
 #ifndef SDM_P1_KERNELS_STAGE_SORT_CUH
 #define SDM_P1_KERNELS_STAGE_SORT_CUH
 
@@ -57,50 +57,44 @@ __device__ __forceinline__ void sort_tile(const KernelArgs& a, InterleavedKeys k
     }
 }
 
-// Searches run together in a merge round: a thread's kMergeBatch binary searches step in
-// lockstep, so their loads (from global scratch where the keys are there) are in flight at
-// once instead of one dependent load after another.
-constexpr int kMergeBatch = 8;
+// A merge round writes each pair of runs' merge in spans of kMergeSpan consecutive outputs,
+// a thread's span being one column of the interleaved layout (so a warp's stores at each
+// step are 32 consecutive keys). The thread first finds where its span starts in each run
+// by a merge-path search, then merges the span from the two runs' heads: one binary search
+// a span instead of one a key (S6: 1.09x faster, bench/NOTES.md version 13).
+constexpr int kMergeSpan = 8;
+static_assert(kMergeSpan == kScanItems, "a span is one column of the interleaved layout");
 
-// Moves keys [x0, x0 + Batch) of `search` (those below n) to their places in dst, the
-// merge of their run pair [start, start + 2 * run). A key's place: its own rank in its run
-// plus the keys of the other run below it (keys are distinct). The batch lies in one run
-// (runs are whole tiles, a multiple of Batch), so its searches cover the same other run and
-// halve it in the same steps: a branch-free lower bound whose length sequence is shared.
-template <int Batch>
-__device__ __forceinline__ void merge_batch(InterleavedKeys search, InterleavedKeys dst, int n, int run, int x0) {
-    const int start = x0 / (2 * run) * (2 * run);
-    const int len_a = min(run, n - start);
-    const int len_b = max(0, min(run, n - start - len_a));
-    const bool in_a = x0 - start < len_a;
-    const int from = in_a ? start + len_a : start, len = in_a ? len_b : len_a;
-    const int first_out = in_a ? x0 : x0 - len_a;
-    uint64_t key[Batch];
-    int below[Batch];   // keys of the other run below key[b], found in [below, below + m]
-#pragma unroll
-    for (int b = 0; b < Batch; ++b) {
-        key[b] = x0 + b < n ? search[x0 + b] : 0u;
-        below[b] = 0;
-    }
-    if (len > 0) {
-        for (int m = len; m > 1;) {
-            const int half = m / 2;
-            uint64_t probe[Batch];
-#pragma unroll
-            for (int b = 0; b < Batch; ++b) probe[b] = search[from + below[b] + half];
-#pragma unroll
-            for (int b = 0; b < Batch; ++b) below[b] += probe[b] < key[b] ? half : 0;
-            m -= half;
+// Merges span `span` (outputs span * kMergeSpan on, those below n) of the round whose runs
+// are `run` keys long, from src into dst. A span lies in one run pair: pairs are whole
+// tiles, a multiple of kMergeSpan keys.
+__device__ __forceinline__ void merge_span(InterleavedKeys src, InterleavedKeys dst, int n, int run, int span) {
+    const int out = span * kMergeSpan;
+    const int start = out / (2 * run) * (2 * run), d = out - start;
+    const int len_a = min(run, n - start), len_b = max(0, min(run, n - start - len_a));
+    // i, the first run's keys among the pair's first d outputs: the least i whose key is
+    // above the second run's key d - 1 - i (the keys are distinct), in [lo, hi].
+    int lo = max(0, d - len_b), hi = min(d, len_a);
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (src[start + mid] < src[start + len_a + d - 1 - mid]) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
-        uint64_t probe[Batch];
-#pragma unroll
-        for (int b = 0; b < Batch; ++b) probe[b] = search[from + below[b]];
-#pragma unroll
-        for (int b = 0; b < Batch; ++b) below[b] += probe[b] < key[b] ? 1 : 0;
     }
+    int i = lo, j = d - lo;   // the heads: i in the first run, j in the second
+    uint64_t head_a = i < len_a ? src[start + i] : 0u, head_b = j < len_b ? src[start + len_a + j] : 0u;
 #pragma unroll
-    for (int b = 0; b < Batch; ++b) {
-        if (x0 + b < n) dst[first_out + b + below[b]] = key[b];
+    for (int step = 0; step < kMergeSpan; ++step) {
+        if (out + step >= n) break;
+        const bool take_a = i < len_a && (j >= len_b || head_a < head_b);
+        dst[out + step] = take_a ? head_a : head_b;
+        if (take_a) {
+            if (++i < len_a) head_a = src[start + i];
+        } else {
+            if (++j < len_b) head_b = src[start + len_a + j];
+        }
     }
 }
 
@@ -117,15 +111,14 @@ __device__ __forceinline__ void copy_keys(InterleavedKeys dst, InterleavedKeys s
 // Sorts the n keys of `keys` (`alt` is the merge rounds' second buffer); returns the
 // buffer that holds them sorted. `staged`, where not null, is room in shared memory for the
 // keys (the sort's temporaries are dead in the merge rounds): with the key buffers in global
-// scratch, each round copies its input there and does its binary searches on chip.
+// scratch, each round copies its input there and reads its runs there.
 template <int Threads>
 __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, const Chunk& k,
                                                        InterleavedKeys keys, InterleavedKeys alt,
                                                        InterleavedKeys staged,
                                                        SortTemp<Threads>& temp) {
     constexpr int kItems = kSortTile / Threads;
-    static_assert(kItems % kMergeBatch == 0 && kSortTile % kMergeBatch == 0,
-                  "a thread's merge keys come in whole batches, each within one run");
+    static_assert(kSortTile % kMergeSpan == 0, "a merge span lies in one run pair");
     const int n = k.n;
     const int tile = sort_tile_keys<Threads>(a.key_bits);
     for (int base = 0; base < n; base += tile) {
@@ -144,12 +137,8 @@ __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, con
             __syncthreads();
             search = staged;
         }
-        // Blocked order, as the tiles: at each step a warp's reads of src are contiguous.
-        for (int base = 0; base < n; base += kSortTile) {
-            for (int i0 = 0; i0 < kItems; i0 += kMergeBatch) {
-                const int x0 = base + threadIdx.x * kItems + i0;
-                if (x0 < n) merge_batch<kMergeBatch>(search, dst, n, run, x0);
-            }
+        for (int span = threadIdx.x; span * kMergeSpan < n; span += blockDim.x) {
+            merge_span(search, dst, n, run, span);
         }
         __syncthreads();
         const InterleavedKeys t = src;
