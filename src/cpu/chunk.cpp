@@ -67,7 +67,7 @@ InputError load_and_check(const Options& o, const sdm_p1_inputs& in, int64_t chu
 size_t ChunkScratch::bytes(const Options& o) {
     const size_t n = static_cast<size_t>(o.n());
     return align64(n * sizeof(uint64_t)) + align64(n * sizeof(uint32_t)) +
-           2 * align64(n * sizeof(Fix)) + 3 * align64(n * sizeof(uint32_t)) +
+           2 * align64(n * sizeof(Fix)) + 5 * align64(n * sizeof(uint32_t)) +
            2 * align64(n * sizeof(int32_t)) + align64(n * sizeof(float)) +
            align64(static_cast<size_t>(o.C) * o.gate_width * sizeof(Fix)) +
            align64(2 * static_cast<size_t>(o.C) * sizeof(double));
@@ -80,7 +80,9 @@ void ChunkScratch::bind(void* base, const Options& o) {
     payload = take<uint32_t>(p, n);
     log = take<Fix>(p, n);
     rex = take<Fix>(p, n);
-    k_before = take<uint32_t>(p, n);
+    writes_before = take<uint32_t>(p, n);
+    own_writes = take<uint32_t>(p, n);
+    write_row = take<uint32_t>(p, n);
     before = take<uint32_t>(p, n);
     after = take<uint32_t>(p, n);
     head = take<int32_t>(p, n);
@@ -132,13 +134,14 @@ void decode(const Chunk& k, const sdm_p1_inputs& in, const ChunkScratch& s) {
 }
 
 // Stage "scans", forward through each group: the inclusive log-cumsum and the peers before
-// each entry. A write that repeats a slot its token already wrote adds no gate. Returns the
-// number of such repeats.
+// each entry; through the row: the write entries before each position and the write row (the
+// positions of the write entries in order). A write that repeats a slot its token already
+// wrote adds no gate. Returns the number of such repeats.
 int64_t scan_forward(const Chunk& k, const ChunkScratch& s) {
     const Options& o = k.o;
     int64_t repeats = 0;
     Fix run = fix_zero();
-    uint32_t kb = 0, qb = 0;
+    uint32_t kb = 0, qb = 0, writes = 0;
     int h = 0;
     for (int r = 0; r < k.n; ++r) {
         const uint32_t p = s.payload[r];
@@ -151,21 +154,24 @@ int64_t scan_forward(const Chunk& k, const ChunkScratch& s) {
         const bool is_k = valid && !(p & kIsQ);
         const bool is_q = valid && (p & kIsQ);
         const int t = payload_token(p);
+        s.own_writes[r] = 0;
         if (is_k) {
             const uint32_t pp = r > 0 ? s.payload[r - 1] : 0u;
             const bool repeat = !(p & kHead) && !(pp & kIsQ) &&
                                 payload_token(pp) == t;
             if (repeat) {
                 ++repeats;
+                s.own_writes[r] = s.own_writes[r - 1] + 1u;
             } else {
                 const int lane = o.gate_width == 1 ? 0 : static_cast<int>(p & kLaneMask);
                 run = fix_add(run, s.gate[t * o.gate_width + lane]);
             }
         }
         s.log[r] = run;
-        s.k_before[r] = kb;
         s.before[r] = is_k ? kb : is_q ? qb : 0u;
         s.head[r] = h;
+        s.writes_before[r] = writes;
+        if (!(p & kIsQ)) s.write_row[writes++] = static_cast<uint32_t>(r);
         kb += is_k ? 1u : 0u;
         qb += is_q ? 1u : 0u;
     }
@@ -246,9 +252,13 @@ void write_records(const Chunk& k, const sdm_p1_inputs& in, const OutputBuffers&
     }
 }
 
-// Stage "pair sums": a and qk, one row (token i) at a time: each entry of token i walks its
-// group from the nearest earlier entry towards the head, adding one term per valid write met
-// (a: of another token; qk: of any token), in the canonical order of pair_term_add.
+// Stage "pair sums": a and qk, one row (token i) at a time, in the canonical order of
+// pair_term_add: the entries of token i in lane order, each with the earlier valid writes of
+// its slot group (a: of another token; qk: of any token), nearest first. Those writes are a
+// range of the write row, [writes before the group's head, writes before the entry), minus,
+// for a write, its token's own earlier writes of the slot, which end the range. The range
+// is taken a run at a time: a token's writes of one slot are consecutive there and share one
+// log-cumsum (a repeat adds no gate), so a run takes one exp. The work is linear in the terms.
 void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScratch& s) {
     const Options& o = k.o;
     const int C = o.C, W = o.W, WR = o.W + o.R;
@@ -256,24 +266,26 @@ void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScratch& s) 
     double* row_qk = s.row_sums + C;
     float* a = out.a + k.c * C * C;
     float* qk = out.qk + k.c * C * C;
+    const auto write_token = [&](uint32_t j) { return payload_token(s.payload[s.write_row[j]]); };
     for (int i = 0; i < C; ++i) {
         std::fill(row_a, row_a + 2 * C, 0.0);
-        if (i < k.t_valid) {
-            for (int j = 0; j < WR; ++j) {
-                const int r = s.position[i * WR + j];
-                const bool is_q = j >= W;
-                uint32_t need = s.k_before[r];   // valid writes before it in its group
-                for (int q = r - 1; need > 0u && q >= s.head[r]; --q) {
-                    const uint32_t pq = s.payload[q];
-                    if (pq & kIsQ) continue;   // in a group, every entry is valid
-                    --need;
-                    const int tj = payload_token(pq);
-                    if (is_q) {
-                        row_qk[tj] = pair_term_add(row_qk[tj], s.value[r], s.value[q], s.log[r], s.log[q]);
-                    } else if (tj != i) {
-                        row_a[tj] = pair_term_add(row_a[tj], s.value[r], s.value[q], s.log[r], s.log[q]);
-                    }
+        for (int j = 0; i < k.t_valid && j < WR; ++j) {
+            const int r = s.position[i * WR + j];
+            const bool is_q = j >= W;
+            double* const row = is_q ? row_qk : row_a;
+            const uint32_t lo = s.writes_before[s.head[r]];
+            uint32_t top = s.writes_before[r] - s.own_writes[r];
+            while (top > lo) {
+                const int tj = write_token(top - 1);
+                uint32_t bottom = top - 1;   // the run: [bottom, top)
+                while (bottom > lo && write_token(bottom - 1) == tj) --bottom;
+                const double e = exp_fix(fix_sub(s.log[r], s.log[s.write_row[top - 1]]));
+                double sum = row[tj];
+                for (uint32_t x = top; x > bottom; --x) {
+                    sum = pair_term_add(sum, pair_term(s.value[r], s.value[s.write_row[x - 1]], e));
                 }
+                row[tj] = sum;
+                top = bottom;
             }
         }
         for (int j = 0; j < C; ++j) {
@@ -286,8 +298,10 @@ void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScratch& s) 
 }  // namespace
 
 // The stages in order; kernels/phase1.cu runs the same stages, under the same names, in one
-// thread block per chunk.
-ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
+// thread block per chunk. Compiled twice, the copy for processors with FMA chosen at load
+// time: there the canonical fused multiply-adds (exp_double, the pair sums) are one
+// instruction each instead of a call to the C library's fma, with the same bits.
+__attribute__((flatten, target_clones("fma", "default"))) ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
                           int64_t c, const ChunkScratch& s) {
     const Chunk k{o, c, c >= o.N - o.P ? o.valid_last : o.C, o.n()};
     ChunkResult result{};

@@ -21,7 +21,9 @@ struct ChunkScratch {
     uint32_t* payload;     // sorted payload words
     Fix* log;              // inclusive log-cumsum of the group at each sorted position
     Fix* rex;              // sum of the gates after each sorted position in its group
-    uint32_t* k_before;    // valid K entries before it in its group
+    uint32_t* writes_before;   // write entries (valid or padding) before it in the sorted row
+    uint32_t* own_writes;  // K entries: earlier K entries of its token in its group (repeats)
+    uint32_t* write_row;   // the sorted positions of the write entries, in order (C * W used)
     uint32_t* before;      // peers (valid entries of its own kind) before it in its group
     uint32_t* after;       // peers after it in its group
     int32_t* head;         // sorted position of its group's first entry
