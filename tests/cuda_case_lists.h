@@ -245,6 +245,10 @@ inline CaseList largest_cases(const ListOptions& o) {
         spec("C256-W1-R256", 2, 256, 1, 256, 1000).key_mode(Keys::Random).fields(SDM_P1_DET_ALL),
         spec("C256-W128-R256", 1, 256, 128, 256, 30000).gate_kind(Gates::Strong).fields(SDM_P1_DET_ALL),
         spec("C64-W256-R256", 4, 64, 256, 256, 65536).streams(2).gate_kind(Gates::Logsigmoid).fields(SDM_P1_DET_ALL),
+        // the worst legal chunks: every read on one slot, each token writing every slot
+        // (about 17 M pair terms); every id on one slot (about 4.3 G terms)
+        spec("C256-W256-R256-reads-on-one-slot", 1, 256, 256, 256, 256).key_mode(Keys::Distinct).read_mode(Reads::Slot0).gate_kind(Gates::Logsigmoid).bfloat16(),
+        spec("C256-W256-R256-one-slot", 1, 256, 256, 256, 1).key_mode(Keys::Random).gate_kind(Gates::Logsigmoid).bfloat16(),
     };
     if (o.quick) c = {c[0]};
     if (o.quick) c[0].N = c[0].P = 1;
@@ -308,6 +312,42 @@ inline CaseList two_block_cases(const ListOptions& o) {
         spec("sorted-rows-int64-write", N, 16, 4, 4, 128).ids64().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
     };
     return seeded(thin(c, o, 2), "two_blocks", o);
+}
+
+// Slot distributions as users have them, on the pair sums' paths: skewed (Zipf) ids at
+// exponents 0.8 to 1.5 (S7's law is 1.1: long groups, about 40 % of entries alone), reads that
+// follow recent writes, lone and grouped entries in every proportion (pools from every entry
+// its own slot down to every token writing the same W slots), one group holding a whole chunk
+// (every id on one slot), every read on one slot with distinct writes, and slots repeated
+// within tokens inside hot groups. Small N, and N >= 2 * sms for the half-size kernel.
+inline CaseList skewed_cases(const ListOptions& o) {
+    const int64_t twice = (2 * o.sms + 8 + 127) / 128 * 128;   // N >= 2 * sms, in whole streams
+    CaseList c = {
+        spec("S7-zipf1.1", o.quick ? 128 : twice, 64, 32, 32, 65536).streams(128, 65536).skewed(1.1).gate_kind(Gates::Logsigmoid).bfloat16(),
+        spec("S7-zipf1.1-all", 128, 64, 32, 32, 65536).streams(128, 65536).skewed(1.1).gate_kind(Gates::Logsigmoid).bfloat16().fields(SDM_P1_DET_ALL),
+        spec("zipf0.8", 8, 64, 32, 32, 65536).streams(2).skewed(0.8).gate_kind(Gates::Mixed),
+        spec("zipf1.3-f32-write", 8, 64, 32, 32, 65536).streams(4).skewed(1.3).gates_per_write().gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
+        spec("zipf1.5-bf16", 8, 64, 32, 32, 4096).streams(2).skewed(1.5).bfloat16().gate_kind(Gates::Strong).value_kind(Values::Mixed),
+        spec("zipf1.1-C128-W64", 4, 128, 64, 64, 262144).streams(2).skewed(1.1).bfloat16().gate_kind(Gates::Logsigmoid),
+        spec("zipf1.2-C256-W32-i64", 2, 256, 32, 32, 65536).ids64().skewed(1.2).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
+        spec("zipf1.1-C16-W8-valid", 8, 16, 8, 8, 1000).streams(4).valid(9).skewed(1.1).gate_kind(Gates::Tiny).fields(kShippedWithRecords),
+        spec("zipf1.1-recent-reads", 8, 64, 32, 32, 65536).streams(2).skewed(1.1).read_mode(Reads::Recent).gate_kind(Gates::Logsigmoid),
+        spec("recent-reads-uniform", 8, 64, 32, 32, 65536).streams(2).read_mode(Reads::Recent).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
+        spec("all-alone", 4, 64, 32, 32, 1 << 24).ids64().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid),
+        spec("pool-C*W", 4, 64, 32, 32, 65536).key_mode(Keys::Pool, 64 * 32).gate_kind(Gates::Normal),
+        spec("pool-4W", 4, 64, 32, 32, 65536).key_mode(Keys::Pool, 128).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
+        spec("pool-W-every-token-same-slots", 4, 64, 32, 32, 65536).key_mode(Keys::Pool, 32).hits(1.0).gate_kind(Gates::Mixed),
+        spec("one-slot-C64-W32", 2, 64, 32, 32, 1).key_mode(Keys::Random).gate_kind(Gates::Logsigmoid).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
+        spec("reads-slot0-C64", 4, 64, 32, 32, 32).key_mode(Keys::Distinct).read_mode(Reads::Slot0).gate_kind(Gates::Normal),
+        spec("reads-slot0-C256-W64-R64", 1, 256, 64, 64, 64).key_mode(Keys::Distinct).read_mode(Reads::Slot0).gate_kind(Gates::Logsigmoid).fields(SDM_P1_DET_ALL),
+        spec("one-slot-C256-W64-R64", 1, 256, 64, 64, 1).key_mode(Keys::Random).gate_kind(Gates::Normal).value_kind(Values::Mixed),
+        spec("hot-repeats-C64", 4, 64, 32, 32, 40).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
+        spec("zipf1.5-few-keys-repeats", 4, 64, 32, 32, 48).key_mode(Keys::Random).read_mode(Reads::Zipf).gate_kind(Gates::Normal),
+        // N >= 2 * sms: the half-size kernel on skewed and hot chunks
+        spec("two-blocks-zipf1.5", twice, 32, 16, 16, 8192).streams(128, 8192).skewed(1.5).gate_kind(Gates::Logsigmoid),
+        spec("two-blocks-one-slot", twice, 16, 8, 8, 1).key_mode(Keys::Random).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
+    };
+    return seeded(thin(c, o, 3), "skewed", o);
 }
 
 }  // namespace cuda_test

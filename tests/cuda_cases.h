@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,8 +60,14 @@ inline uint64_t name_seed(const std::string& s) {
 
 // How K slot ids are drawn (stream-relative): distinct per token from [0, num_keys); random
 // (repeats within a token allowed); distinct per token from a per-chunk pool of `pool` keys;
-// likewise from the `pool` highest keys.
-enum class Keys { Distinct, Random, Pool, Top };
+// likewise from the `pool` highest keys; distinct per token by a Zipf law of exponent `zipf`
+// over the keys (rank r with probability proportional to r^-zipf, ranks mapped to slots by a
+// random permutation fixed per case: a few popular slots, as trained memories have).
+enum class Keys { Distinct, Random, Pool, Top, Zipf };
+// How Q slot ids are drawn: `qhit` of them from the chunk's K ids, the rest uniform; by the
+// K ids' Zipf law, distinct per token; from the K ids of the token and the three before it
+// (reads that follow recent writes); all on the stream's slot 0.
+enum class Reads { Hit, Zipf, Recent, Slot0 };
 enum class Gates { Zero, Tiny, Strong, Normal, Signed, Positive, Extreme, ExtremeSigned, Subnormal,
                    Mixed, Logsigmoid };
 enum class Values { Normal, Mixed, One, Wide };
@@ -81,7 +88,9 @@ struct CaseSpec {
     bool per_write = false;       // gates [N, C, W] instead of [N, C, 1]
     Keys keys = Keys::Pool;
     int64_t pool = 0;             // 0: max(W, C * W / 4)
-    double qhit = 0.7;            // share of Q ids drawn from the chunk's K ids
+    double qhit = 0.7;            // share of Q ids drawn from the chunk's K ids (Reads::Hit)
+    double zipf = 1.1;            // the exponent of Keys::Zipf and Reads::Zipf
+    Reads reads = Reads::Hit;
     Gates gates = Gates::Normal;
     Values values = Values::Normal;
     bool read_groups = true;
@@ -109,6 +118,8 @@ struct CaseSpec {
     CaseSpec& gates_per_write() { per_write = true; return *this; }
     CaseSpec& key_mode(Keys k, int64_t pool_size = 0) { keys = k; pool = pool_size; return *this; }
     CaseSpec& hits(double q) { qhit = q; return *this; }
+    CaseSpec& skewed(double exponent) { keys = Keys::Zipf; reads = Reads::Zipf; zipf = exponent; return *this; }
+    CaseSpec& read_mode(Reads r) { reads = r; return *this; }
     CaseSpec& gate_kind(Gates g) { gates = g; return *this; }
     CaseSpec& value_kind(Values v) { values = v; return *this; }
     CaseSpec& fields(int64_t d) { det = d; return *this; }
@@ -287,12 +298,49 @@ inline std::vector<int64_t> distinct_sample(Rng& rng, int64_t lo, int64_t span, 
     return out;
 }
 
+// Slots by a Zipf law over [0, num_keys): rank r (from 1) with probability proportional to
+// r^-s, rank r being slot perm[r - 1] for a random permutation drawn once.
+class ZipfSlots {
+public:
+    ZipfSlots(int64_t num_keys, double s, Rng& rng) : cdf_(static_cast<size_t>(num_keys)), perm_(cdf_.size()) {
+        double total = 0.0;
+        for (size_t r = 0; r < cdf_.size(); ++r) cdf_[r] = total += std::pow(static_cast<double>(r + 1), -s);
+        for (double& c : cdf_) c /= total;
+        for (size_t r = 0; r < perm_.size(); ++r) perm_[r] = static_cast<int64_t>(r);
+        for (size_t r = perm_.size(); r > 1; --r) std::swap(perm_[r - 1], perm_[static_cast<size_t>(rng.below(static_cast<int64_t>(r)))]);
+    }
+    int64_t draw(Rng& rng) const {
+        const size_t r = static_cast<size_t>(std::lower_bound(cdf_.begin(), cdf_.end(), rng.uniform(0, 1)) - cdf_.begin());
+        return perm_[std::min(r, perm_.size() - 1)];
+    }
+    // k distinct slots (k <= num_keys), redrawing repeats.
+    std::vector<int64_t> draw_distinct(Rng& rng, int64_t k) const {
+        std::vector<int64_t> out;
+        while (static_cast<int64_t>(out.size()) < k) {
+            const int64_t x = draw(rng);
+            if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+        }
+        return out;
+    }
+
+private:
+    std::vector<double> cdf_;
+    std::vector<int64_t> perm_;
+};
+
 // K ids of one chunk, stream-relative, [C * W].
-inline std::vector<int64_t> chunk_keys(const CaseSpec& s, Rng& rng) {
+inline std::vector<int64_t> chunk_keys(const CaseSpec& s, Rng& rng, const ZipfSlots* zipf) {
     const int64_t C = s.C, W = s.W;
     std::vector<int64_t> keys(static_cast<size_t>(C * W));
     if (s.keys == Keys::Random || s.num_keys < W) {
         for (int64_t& k : keys) k = rng.below(s.num_keys);
+        return keys;
+    }
+    if (s.keys == Keys::Zipf) {
+        for (int64_t t = 0; t < C; ++t) {
+            const std::vector<int64_t> d = zipf->draw_distinct(rng, W);
+            std::copy(d.begin(), d.end(), keys.begin() + t * W);
+        }
         return keys;
     }
     std::vector<int64_t> src;
@@ -312,6 +360,37 @@ inline std::vector<int64_t> chunk_keys(const CaseSpec& s, Rng& rng) {
         }
     }
     return keys;
+}
+
+// Q ids of one chunk, stream-relative, [C * R], for its K ids `keys`.
+inline std::vector<int64_t> chunk_reads(const CaseSpec& s, Rng& rng, const std::vector<int64_t>& keys,
+                                        const ZipfSlots* zipf) {
+    const int64_t C = s.C, W = s.W, R = s.R;
+    std::vector<int64_t> q(static_cast<size_t>(C * R));
+    for (int64_t t = 0; t < C; ++t) {
+        if (s.reads == Reads::Zipf && R <= s.num_keys) {
+            const std::vector<int64_t> d = zipf->draw_distinct(rng, R);
+            std::copy(d.begin(), d.end(), q.begin() + t * R);
+            continue;
+        }
+        for (int64_t j = 0; j < R; ++j) {
+            int64_t& x = q[static_cast<size_t>(t * R + j)];
+            switch (s.reads) {
+                case Reads::Slot0: x = 0; break;
+                case Reads::Recent: {
+                    const int64_t from = std::max<int64_t>(0, t - 3);
+                    x = keys[static_cast<size_t>((from + rng.below(t - from + 1)) * W + rng.below(W))];
+                    break;
+                }
+                case Reads::Zipf: x = zipf->draw(rng); break;   // fewer keys than lanes
+                case Reads::Hit:
+                    x = rng.uniform(0, 1) < s.qhit ? keys[static_cast<size_t>(rng.below(static_cast<int64_t>(keys.size())))]
+                                                   : rng.below(s.num_keys);
+                    break;
+            }
+        }
+    }
+    return q;
 }
 
 // Padding tokens (t >= valid_last of the last P chunks) get garbage the library must never
@@ -349,16 +428,15 @@ inline HostInputs make_inputs(const CaseSpec& s) {
     in.q_val.resize(nq);
     in.g.resize(static_cast<size_t>(s.tokens() * s.gate_width()));
     in.beta.resize(static_cast<size_t>(s.tokens()));
+    std::unique_ptr<ZipfSlots> zipf;
+    if (s.keys == Keys::Zipf || s.reads == Reads::Zipf) zipf = std::make_unique<ZipfSlots>(s.num_keys, s.zipf, rng);
     for (int64_t c = 0; c < s.N; ++c) {
         const int64_t base = (c % s.P) * s.offset();
-        const std::vector<int64_t> keys = chunk_keys(s, rng);
+        const std::vector<int64_t> keys = chunk_keys(s, rng, zipf.get());
         for (size_t i = 0; i < keys.size(); ++i) in.k_ids[static_cast<size_t>(c * s.C * s.W) + i] = base + keys[i];
-        // Q ids: mostly slots the chunk writes, so read groups meet write groups.
-        for (int64_t i = 0; i < s.C * s.R; ++i) {
-            const int64_t q = rng.uniform(0, 1) < s.qhit ? keys[static_cast<size_t>(rng.below(static_cast<int64_t>(keys.size())))]
-                                                       : rng.below(s.num_keys);
-            in.q_ids[static_cast<size_t>(c * s.C * s.R + i)] = base + q;
-        }
+        // Q ids: by default mostly slots the chunk writes, so read groups meet write groups.
+        const std::vector<int64_t> reads = chunk_reads(s, rng, keys, zipf.get());
+        for (size_t i = 0; i < reads.size(); ++i) in.q_ids[static_cast<size_t>(c * s.C * s.R) + i] = base + reads[i];
     }
     for (float& v : in.k_val) v = value(s.values, rng);
     for (float& v : in.q_val) v = value(s.values, rng);
