@@ -3,25 +3,33 @@
  *
  *   phase1_bench [--backend cpu|cuda] [--reps K] [--threads T] [--json FILE] [--sweep]
  *                [SHAPE ...]
- *   SHAPE: S1 .. S6 (DESIGN.md), or N,C,W,R,num_keys[,streams] (bf16 values, int32 ids,
- *   per-token gates; one stream unless given)
+ *   SHAPE: S1 .. S7 (DESIGN.md), a worst case (below), or N,C,W,R,num_keys[,streams] (bf16
+ *   values, int32 ids, per-token gates, uniform ids; one stream unless given)
  *
  * CPU (the default): --reps 5 and the shape 256,64,32,32,65536; prints the best and mean
  * wall time per execute and the rate of input + output bytes.
  *
- * CUDA (--backend cuda; built where the CUDA backend is): S1 .. S6 unless shapes are given.
+ * Worst cases, the legal chunks with the most pair terms, at C = W = R = 256 and N = 1 or 264
+ * (two chunks an SM of an H200): WR1 / WR264, every read on one slot and each token writing
+ * each of 256 slots once (about 17 M pair terms a chunk); WA1 / WA264, every id on one slot
+ * (about 4.3 G terms a chunk). The time of a worst case is linear in its terms.
+ *
+ * CUDA (--backend cuda; built where the CUDA backend is): S1 .. S7, WR1 and WA1 unless shapes
+ * are given.
  * First a device-to-device copy of 2 GiB (median of 20) gives the copy bandwidth (bytes read
  * + written per second). Each shape then runs with the default det_fields and with every
- * field (SDM_P1_DET_ALL, with beta): median and best of --reps (at least 20) timed executes
+ * field (SDM_P1_DET_ALL, with beta): median and best of --reps (20 unless given, at least 3:
+ * fewer serve the worst cases, whose executes take seconds) timed executes
  * after a warm-up, each timed by CUDA events around the execute on one stream; the bytes of
  * the inputs (ids, values, gates, beta when used) and of the requested outputs (the plan's
  * views); their rate, as a fraction of the copy bandwidth; and the plan's workspace. Then,
  * for the S1 shape, a line per N in 1024 .. 16384 shows the time and time per chunk (without
  * shapes given, or with --sweep). --json FILE writes the same figures (CUDA mode).
  *
- * Inputs as DESIGN.md describes them: slot ids distinct within a token (K and Q each),
- * 128 streams (S6: 2), gates logsigmoid(x) of uniform x in [-2, 8) (negative), values
- * uniform in [-1, 1) as bf16 or f32; generated once per shape on the host. */
+ * Inputs as DESIGN.md describes them: slot ids distinct within a token (K and Q each), uniform
+ * (S7: by a Zipf law of exponent 1.1 over the keys, ranks mapped to slots by a fixed random
+ * permutation), 128 streams (S6: 2), gates logsigmoid(x) of uniform x in [-2, 8) (negative),
+ * values uniform in [-1, 1) as bf16 or f32; generated once per shape on the host. */
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>
 #include <stdint.h>
@@ -40,21 +48,35 @@
 #pragma GCC diagnostic pop
 #endif
 
+/* How a shape's slot ids are drawn (within a token distinct where num_keys allows, else
+ * each uniform): uniform; by a Zipf law of exponent `zipf`; writes uniform and every read
+ * on the stream's slot 0. */
+enum { kUniform, kZipf, kReadsOnSlot0 };
+
 typedef struct Shape {
     const char* name;
     int64_t N, C, W, R, num_keys, P;
     int bf16, idx64, per_write;
+    int ids;
+    double zipf;
 } Shape;
 
 static const Shape kShapes[] = {
-    {"S1", 8192, 64, 32, 32, 65536, 128, 1, 0, 0},
-    {"S2", 4096, 128, 32, 32, 65536, 128, 1, 0, 0},
-    {"S3", 4096, 64, 64, 64, 65536, 128, 1, 0, 0},
-    {"S4", 8192, 64, 32, 32, 1024, 128, 1, 0, 0},
-    {"S5", 8192, 64, 32, 32, 65536, 128, 0, 1, 1},
-    {"S6", 128, 128, 64, 64, 262144, 2, 1, 0, 0},
+    {"S1", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kUniform, 0.0},
+    {"S2", 4096, 128, 32, 32, 65536, 128, 1, 0, 0, kUniform, 0.0},
+    {"S3", 4096, 64, 64, 64, 65536, 128, 1, 0, 0, kUniform, 0.0},
+    {"S4", 8192, 64, 32, 32, 1024, 128, 1, 0, 0, kUniform, 0.0},
+    {"S5", 8192, 64, 32, 32, 65536, 128, 0, 1, 1, kUniform, 0.0},
+    {"S6", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kUniform, 0.0},
+    {"S7", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kZipf, 1.1},
+    {"WR1", 1, 256, 256, 256, 256, 1, 1, 0, 0, kReadsOnSlot0, 0.0},
+    {"WA1", 1, 256, 256, 256, 1, 1, 1, 0, 0, kUniform, 0.0},
+    {"WR264", 264, 256, 256, 256, 256, 1, 1, 0, 0, kReadsOnSlot0, 0.0},
+    {"WA264", 264, 256, 256, 256, 1, 1, 1, 0, 0, kUniform, 0.0},
 };
 enum { kShapeCount = sizeof kShapes / sizeof kShapes[0] };
+/* The shapes timed without a shape list: S1 .. S7, WR1, WA1. */
+enum { kDefaultShapes = 9 };
 
 /* ---- inputs ----------------------------------------------------------------------------- */
 
@@ -85,17 +107,63 @@ static uint16_t bf16_bits(float f) {
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); /* nearest even (finite f) */
 }
 
-/* Ids of one token's `lanes` entries, distinct where num_keys allows: `stamp` (num_keys
- * words, or NULL for huge key ranges) marks the ids this token already took with `mark`. */
+/* A Zipf law over the slots [0, n): rank r (from 1) has probability proportional to r^-s and
+ * is slot perm[r - 1], for a random permutation. */
+typedef struct Zipf {
+    double* cdf;
+    int64_t* perm;
+    int64_t n;
+} Zipf;
+
+static int zipf_init(Zipf* z, int64_t n, double s, uint64_t* st) {
+    double total = 0.0;
+    int64_t r;
+    z->n = n;
+    z->cdf = malloc((size_t)n * sizeof *z->cdf);
+    z->perm = malloc((size_t)n * sizeof *z->perm);
+    if (z->cdf == NULL || z->perm == NULL) return 1;
+    for (r = 0; r < n; ++r) z->cdf[r] = total += pow((double)(r + 1), -s);
+    for (r = 0; r < n; ++r) {
+        z->cdf[r] /= total;
+        z->perm[r] = r;
+    }
+    for (r = n - 1; r > 0; --r) {
+        const int64_t k = (int64_t)(mix(st) % (uint64_t)(r + 1));
+        const int64_t t = z->perm[r];
+        z->perm[r] = z->perm[k];
+        z->perm[k] = t;
+    }
+    return 0;
+}
+
+static int64_t zipf_draw(const Zipf* z, uint64_t* st) {
+    const double u = uniform01(st);
+    int64_t lo = 0, hi = z->n - 1;   /* the first rank whose cdf reaches u */
+    while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (z->cdf[mid] < u) lo = mid + 1;
+        else hi = mid;
+    }
+    return z->perm[lo];
+}
+
+static void zipf_free(Zipf* z) {
+    free(z->cdf);
+    free(z->perm);
+}
+
+/* Ids of one token's `lanes` entries, distinct where num_keys allows, uniform or by `zipf`
+ * (non-NULL): `stamp` (num_keys words, or NULL for huge key ranges) marks the ids this token
+ * already took with `mark`. */
 static void token_ids(const Shape* s, int64_t lanes, int64_t base, uint32_t* stamp, uint32_t mark,
-                      uint64_t* st, void* ids, int64_t first) {
+                      const Zipf* zipf, uint64_t* st, void* ids, int64_t first) {
     const int distinct = s->num_keys >= lanes;
     int64_t j, k;
     for (j = 0; j < lanes; ++j) {
         int64_t id;
         for (;;) {
             int taken = 0;
-            id = (int64_t)(mix(st) % (uint64_t)s->num_keys);
+            id = zipf != NULL ? zipf_draw(zipf, st) : (int64_t)(mix(st) % (uint64_t)s->num_keys);
             if (!distinct) break;
             if (stamp != NULL) {
                 taken = stamp[id] == mark;
@@ -140,6 +208,7 @@ static int make_inputs(const Shape* s, HostInputs* in) {
     uint32_t mark = 0;
     uint64_t st = 42;
     int64_t tok, j;
+    Zipf zipf = {NULL, NULL, 0};
     memset(in, 0, sizeof *in);
     in->k_idx_bytes = (size_t)(tokens * s->W * isz);
     in->q_idx_bytes = (size_t)(tokens * s->R * isz);
@@ -155,16 +224,26 @@ static int make_inputs(const Shape* s, HostInputs* in) {
     in->beta = malloc(in->beta_bytes);
     if (s->num_keys <= (int64_t)1 << 24) stamp = calloc((size_t)s->num_keys, sizeof *stamp);
     if (!in->k_idx || !in->q_idx || !in->k_val || !in->q_val || !in->g || !in->beta ||
-        (s->num_keys <= (int64_t)1 << 24 && stamp == NULL)) {
+        (s->num_keys <= (int64_t)1 << 24 && stamp == NULL) ||
+        (s->ids == kZipf && zipf_init(&zipf, s->num_keys, s->zipf, &st) != 0)) {
         fprintf(stderr, "%s: out of host memory for the inputs\n", s->name);
         free(stamp);
+        zipf_free(&zipf);
         free_inputs(in);
         return 1;
     }
     for (tok = 0; tok < tokens; ++tok) {
         const int64_t base = (tok / s->C % s->P) * s->num_keys;
-        token_ids(s, s->W, base, stamp, ++mark, &st, in->k_idx, tok * s->W);
-        token_ids(s, s->R, base, stamp, ++mark, &st, in->q_idx, tok * s->R);
+        const Zipf* law = s->ids == kZipf ? &zipf : NULL;
+        token_ids(s, s->W, base, stamp, ++mark, law, &st, in->k_idx, tok * s->W);
+        if (s->ids == kReadsOnSlot0) {
+            for (j = 0; j < s->R; ++j) {
+                if (s->idx64) ((int64_t*)in->q_idx)[tok * s->R + j] = base;
+                else ((int32_t*)in->q_idx)[tok * s->R + j] = (int32_t)base;
+            }
+        } else {
+            token_ids(s, s->R, base, stamp, ++mark, law, &st, in->q_idx, tok * s->R);
+        }
         token_values(s, s->W, &st, in->k_val, tok * s->W);
         token_values(s, s->R, &st, in->q_val, tok * s->R);
         for (j = 0; j < gw; ++j) {
@@ -174,6 +253,7 @@ static int make_inputs(const Shape* s, HostInputs* in) {
         in->beta[tok] = (float)uniform01(&st);
     }
     free(stamp);
+    zipf_free(&zipf);
     return 0;
 }
 
@@ -232,6 +312,8 @@ static int parse_shape(const char* arg, Shape* s) {
     s->bf16 = 1;
     s->idx64 = P * K > INT32_MAX;   /* int64 ids only where int32 cannot hold them */
     s->per_write = 0;
+    s->ids = kUniform;
+    s->zipf = 0.0;
     return 1;
 }
 
@@ -587,7 +669,7 @@ static int run_cuda(const Shape* shapes, int count, int reps, int sweep, const c
 
 static int usage(const char* argv0) {
     fprintf(stderr, "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json FILE] [--sweep] "
-                    "[S1..S6 | N,C,W,R,num_keys[,streams] ...]\n", argv0);
+                    "[S1..S7 | WR1 | WA1 | WR264 | WA264 | N,C,W,R,num_keys[,streams] ...]\n", argv0);
     return 2;
 }
 
@@ -616,11 +698,11 @@ int main(int argc, char** argv) {
     }
     if (cuda) {
 #ifdef SDMP1_BENCH_CUDA
-        if (count == 0) {   /* the canonical shapes and the N sweep */
-            for (count = 0; count < kShapeCount; ++count) shapes[count] = kShapes[count];
+        if (count == 0) {   /* the canonical shapes, two worst cases and the N sweep */
+            for (count = 0; count < kDefaultShapes; ++count) shapes[count] = kShapes[count];
             sweep = 1;
         }
-        return run_cuda(shapes, count, reps < 20 ? 20 : reps, sweep, json);
+        return run_cuda(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps, sweep, json);
 #else
         fprintf(stderr, "%s: built without the CUDA backend (no --backend cuda)\n", argv[0]);
         return 2;
@@ -631,7 +713,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     if (count == 0) {
-        const Shape s = {"cpu", 256, 64, 32, 32, 65536, 1, 1, 0, 0};
+        const Shape s = {"cpu", 256, 64, 32, 32, 65536, 1, 1, 0, 0, kUniform, 0.0};
         shapes[count++] = s;
     }
     for (i = 0; i < count; ++i) failed |= run_cpu_shape(&shapes[i], reps < 1 ? 5 : reps, threads);

@@ -136,7 +136,7 @@ sum_pytest() { grep -E '(passed|failed|error|skipped|no tests ran)' "$1" | tail 
 sum_bench() {
     local copy rows
     copy=$(grep -oE '[0-9.]+ GB/s \(read \+ write\)' "$1" | head -1)
-    rows=$(grep -cE '^S[1-6] ' "$1")
+    rows=$(grep -cE '^(S[1-7]|W[RA][0-9]+) ' "$1")
     echo "copy ${copy:-?}; $rows shape rows; S1 default: $(awk '$1 == "S1" && $2 == "default" { print $12 " ms, " $17 " of copy" }' "$1")"
 }
 
