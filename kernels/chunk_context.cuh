@@ -131,7 +131,9 @@ struct ArrayLayout {
     Place payload;      // uint32[n] payload words, group heads set
     Place writes;       // Count[n] write entries (valid or padding) before the position
     Place before;       // Count[n] peers (valid entries of its kind) before it in its group
-    Place end;          // Count[n] last position of its group
+    Place end;          // Count[n] last position of its group; in stage "pair sums", from
+                        // its start: the write row (Count[C * W], not interleaved: the
+                        // sorted position of each write entry, in order)
     Place firsts;       // Count[n] valid first writes of groups at or after it (tiles,
                         // dc_kpos / dc_bpre only)
     Place position;     // Count[n] by entry: its sorted position
@@ -141,23 +143,50 @@ struct ArrayLayout {
     Place walk_mask;    // uint32[C][mask_words(W) + mask_words(R)] per token: its write lanes,
                         // then its read lanes, that have an earlier entry in their group
     Place slot;         // uint32[n] by sorted position: its slot - id_base (KernelShape::slots)
+    Place runs;         // stage "pair sums", where writes repeat slots of their tokens
+                        // (ChunkRuns), always in global scratch: float[C * W] each write's
+                        // value by write-row index, then Count[C * W] its run, then
+                        // Count[C * W + 1] each run's first write-row index
     // The stage temporaries (the sort's, the pair sums'), always in shared memory at
-    // [stage, stage + stage_room). writes, before, end and firsts are written by the scans
-    // and dead in the sort and the pair sums, so where they are in shared memory the stage
-    // shares their bytes. The stage also takes whatever room the other arrays leave.
+    // [stage, stage + stage_room). writes, before, end and firsts are written by the scans,
+    // so where they are in shared memory the sort's temporaries share their bytes; the pair
+    // sums' start at stage + pair, past writes and before, which they read, and on their warp
+    // path at stage + pair_rows, past the write row too (in end's first bytes); both are 0
+    // where those arrays are in global scratch. The stage also takes whatever room the other
+    // arrays leave.
     size_t stage;
     size_t stage_room;
+    size_t pair;
+    size_t pair_rows;
     size_t smem_bytes;     // dynamic shared memory a block needs
     size_t global_bytes;   // global scratch a block needs (0: none)
 };
 
+// The arrays a block needs on chip to run two to an SM: all but the gates (read once an
+// entry, in the forward scan) and log_high (read only by merge rounds, which chunks of up to
+// kSortTile entries do not have, and by chunks whose gates span over 63 bits).
+inline bool core_arrays_in_smem(const ArrayLayout& l) {
+    const Place* const core[] = {&l.writes, &l.before, &l.end, &l.firsts, &l.payload,
+                                 &l.log_low, &l.position, &l.value, &l.walk_mask};
+    for (const Place* p : core) {
+        if (p->bytes != 0 && !p->in_smem) return false;
+    }
+    return true;
+}
+
+// Bytes of ArrayLayout::runs.
+SDM_HD size_t runs_bytes(int C, int W, int count_bytes) {
+    const size_t nk = static_cast<size_t>(C) * W;
+    return align16(4 * nk) + align16(static_cast<size_t>(count_bytes) * (2 * nk + 1));
+}
+
 // The layout of a chunk's arrays with `smem_limit` bytes of shared memory a block, of which
-// the stage temporaries need at least `stage_bytes`, with counts of `count_bytes` (2 or 4);
-// group_counts and slots: the plan needs firsts and slot.
+// the sort's temporaries need at least `sort_bytes` and the pair sums' `pair_bytes`, with
+// counts of `count_bytes` (2 or 4); group_counts and slots: the plan needs firsts and slot.
 // The scans' arrays, which hold the stage, go first; then the others, first fit in the order
 // of how often they are read; the stage then grows into the room left.
 inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, bool slots,
-                                int count_bytes, size_t stage_bytes, size_t smem_limit) {
+                                int count_bytes, size_t sort_bytes, size_t pair_bytes, size_t smem_limit) {
     const int n = C * (W + R);
     const size_t counts = align16(static_cast<size_t>(count_bytes) * n);
     ArrayLayout l{};
@@ -170,15 +199,22 @@ inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_
         p = Place{at, bytes, in_smem};
         at += bytes;
     };
-    stage_bytes = align16(stage_bytes);
+    sort_bytes = align16(sort_bytes);
+    pair_bytes = align16(pair_bytes);
     const size_t scan_arrays = (group_counts ? 4 : 3) * interleaved_counts;
-    const bool scans_in_smem = (scan_arrays > stage_bytes ? scan_arrays : stage_bytes) <= smem_limit;
+    // writes, before, the write row
+    const size_t write_row_bytes = align16(static_cast<size_t>(count_bytes) * C * W);
+    const size_t live_in_pairs = 2 * interleaved_counts + write_row_bytes;
+    const auto most = [](size_t x, size_t y) { return x > y ? x : y; };
+    const bool scans_in_smem = most(most(scan_arrays, sort_bytes), live_in_pairs + pair_bytes) <= smem_limit;
     place(l.writes, interleaved_counts, scans_in_smem);
     place(l.before, interleaved_counts, scans_in_smem);
     place(l.end, interleaved_counts, scans_in_smem);
     place(l.firsts, group_counts ? interleaved_counts : 0, scans_in_smem);
     l.stage = 0;
-    if (smem < stage_bytes) smem = stage_bytes;
+    l.pair = scans_in_smem ? 2 * interleaved_counts : 0;
+    l.pair_rows = scans_in_smem ? live_in_pairs : 0;
+    smem = most(most(smem, sort_bytes), l.pair_rows + pair_bytes);
     l.stage_room = smem;
     Place* const rest[] = {&l.payload,  &l.log_low,   &l.position, &l.value, &l.gate,
                            &l.gate_exp, &l.walk_mask, &l.log_high, &l.slot};
@@ -194,8 +230,10 @@ inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_
         slots ? align16(4 * static_cast<size_t>(n)) : 0,
     };
     for (int i = 0; i < 9; ++i) place(*rest[i], rest_bytes[i], smem + rest_bytes[i] <= smem_limit);
-    // The room left goes to the stage (fewer pair-sum waves, a longer term list).
-    const size_t spare = smem <= smem_limit ? (smem_limit - smem) / 16 * 16 : 0;
+    place(l.runs, runs_bytes(C, W, count_bytes), false);   // used only where slots repeat in tokens
+    // Where the core arrays are on chip, the room left goes to the stage (a longer one-batch
+    // term list); else it is left to the L1 cache, which the arrays in global scratch use.
+    const size_t spare = core_arrays_in_smem(l) && smem <= smem_limit ? (smem_limit - smem) / 16 * 16 : 0;
     for (Place* p : rest) {
         if (p->in_smem) p->offset += spare;
     }
@@ -203,18 +241,6 @@ inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_
     l.smem_bytes = smem + spare;
     l.global_bytes = global;
     return l;
-}
-
-// The arrays a block needs on chip to run two to an SM: all but the gates (read once an
-// entry, in the forward scan) and log_high (read only by merge rounds, which chunks of up to
-// kSortTile entries do not have, and by chunks whose gates span over 63 bits).
-inline bool core_arrays_in_smem(const ArrayLayout& l) {
-    const Place* const core[] = {&l.writes, &l.before, &l.end, &l.firsts, &l.payload,
-                                 &l.log_low, &l.position, &l.value, &l.walk_mask};
-    for (const Place* p : core) {
-        if (p->bytes != 0 && !p->in_smem) return false;
-    }
-    return true;
 }
 
 template <typename CountT>
@@ -228,6 +254,7 @@ struct ChunkArrays {
     Interleaved<Count> before;
     Interleaved<Count> end;
     Interleaved<Count> firsts;   // null when the plan needs no group counts
+    Count* write_row;            // end's bytes, in stage "pair sums" (ArrayLayout::end)
     Count* position;
     float* value;
     Fix* gate;
@@ -262,6 +289,7 @@ __device__ ChunkArrays<Count> bind_arrays(char* smem, char* global, const ArrayL
     a.writes = Interleaved<Count>{core_array_at<Count, OnChip>(l.writes, smem, global), st};
     a.before = Interleaved<Count>{core_array_at<Count, OnChip>(l.before, smem, global), st};
     a.end = Interleaved<Count>{core_array_at<Count, OnChip>(l.end, smem, global), st};
+    a.write_row = a.end.base;
     a.firsts = Interleaved<Count>{core_array_at<Count, OnChip>(l.firsts, smem, global), st};
     a.position = core_array_at<Count, OnChip>(l.position, smem, global);
     a.value = core_array_at<float, OnChip>(l.value, smem, global);
@@ -316,6 +344,13 @@ __device__ __forceinline__ uint32_t* slot_array(const KernelArgs& a) {
     if (p.bytes == 0) return nullptr;
     char* const base = p.in_smem ? smem : a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block;
     return reinterpret_cast<uint32_t*>(base + p.offset);
+}
+
+// The block's run lists (ArrayLayout::runs, in global scratch), found where used, as
+// slot_array.
+template <typename T>
+__device__ __forceinline__ T* runs_array(const KernelArgs& a) {
+    return reinterpret_cast<T*>(a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block + a.layout.runs.offset);
 }
 
 // Block-wide scalars of the current chunk.

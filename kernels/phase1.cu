@@ -11,13 +11,10 @@ namespace cuda {
 
 namespace {
 
-// The stage temporaries that need room of their own: the sort's and the pair sums'. (The
-// scans' are small and static.) They share bytes with the arrays that are dead meanwhile
-// where those are in shared memory (ArrayLayout::stage).
+// The sort's temporaries: the stage room holds them (ArrayLayout::stage).
 template <int Threads>
-size_t stage_bytes() {
-    const size_t sort = sizeof(SortTemp<Threads>), pairs = pair_temp_bytes(Threads);
-    return align16(sort > pairs ? sort : pairs);
+size_t sort_bytes() {
+    return sizeof(SortTemp<Threads>);
 }
 
 // Whether the chunk's counts and positions fit 16 bits (they run up to n = C * (W + R)). The
@@ -28,8 +25,9 @@ bool narrow_counts(const KernelShape& s) { return s.C * (s.W + s.R) < 65536; }
 // half-size one, two to an SM) with `smem_limit` bytes of shared memory a block.
 ArrayLayout chunk_layout(const KernelShape& s, int threads, size_t smem_limit) {
     const int count_bytes = narrow_counts(s) ? 2 : 4;
-    const size_t stage = threads == kMaxThreads ? stage_bytes<kMaxThreads>() : stage_bytes<kMaxThreads / 2>();
-    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, s.slots, count_bytes, stage, smem_limit);
+    const size_t sort = threads == kMaxThreads ? sort_bytes<kMaxThreads>() : sort_bytes<kMaxThreads / 2>();
+    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, s.slots, count_bytes, sort,
+                        pair_temp_bytes(), smem_limit);
 }
 
 // The kernel of launch configuration c.

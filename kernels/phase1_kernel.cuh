@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
         scan_forward(a, k, arr, sh, scan_temp.forward);
         scan_backward(a, k, arr, sh, scan_temp.backward);
         write_records<SortedRows>(a, k, arr, sh);
-        pair_sums(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
+        pair_sums<Threads, SortedRows>(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
         if (threadIdx.x == 0 && sh.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
                       static_cast<unsigned long long>(sh.repeats));
