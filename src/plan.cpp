@@ -61,6 +61,7 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     if (o.backend == SDM_P1_BACKEND_CPU) {
         if (o.allocator.alloc == nullptr) o.allocator = default_allocator(o.backend);
         workspace_bytes = cpu::workspace_bytes(o);
+        plan->workers = std::make_unique<cpu::WorkerPool>(o.num_threads - 1);
     } else {
 #if defined(SDM_P1_WITH_CUDA)
         o.device = cuda::resolve_device(o.device);
@@ -139,7 +140,7 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outpu
         }
     }
     if (o.backend == SDM_P1_BACKEND_CPU) {
-        cpu::execute(o, *in, output_buffers(buffers), plan.workspace.data());
+        cpu::execute(o, *in, output_buffers(buffers), plan.workspace.data(), *plan.workers);
         return;
     }
 #if defined(SDM_P1_WITH_CUDA)

@@ -1,10 +1,12 @@
 /* The C API as a C99 caller sees it: versions, statuses, every descriptor and execute error,
  * allocators, output modes and views, and a hand-worked chunk. */
+#define _POSIX_C_SOURCE 200809L   /* sysconf */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sdm/phase1.h"
 #include "test_util.h"
@@ -114,6 +116,25 @@ static void test_versions_and_statuses(void) {
     CHECK(strcmp(sdm_p1_status_string(SDM_P1_ERROR_INVALID_INPUT), "SDM_P1_ERROR_INVALID_INPUT") == 0);
     CHECK(strcmp(sdm_p1_status_string((sdm_p1_status)99), "SDM_P1_UNKNOWN_STATUS") == 0);
     CHECK(sdm_p1_last_error() != NULL);
+}
+
+/* num_threads is capped at the processors online and at N. */
+static void test_thread_count_cap(void) {
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const int32_t asks[] = {1, 2, 3, 1000, 0, SDM_P1_UNSET};
+    for (size_t i = 0; i < sizeof asks / sizeof asks[0]; ++i) {
+        sdm_p1_desc d = problem_desc();
+        d.num_threads = asks[i];
+        sdm_p1_plan* plan = NULL;
+        sdm_p1_desc r;
+        CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+        CHECK(sdm_p1_plan_desc(plan, &r) == SDM_P1_SUCCESS);
+        long want = asks[i] <= 0 ? online : asks[i];
+        if (want > online) want = online;
+        if (want > TN) want = TN;
+        CHECK_MSG(r.num_threads == want, "num_threads");
+        sdm_p1_plan_destroy(plan);
+    }
 }
 
 static void test_descriptor_errors(void) {
@@ -448,6 +469,7 @@ static void test_hand_worked_chunk(void) {
 
 int main(void) {
     RUN(test_versions_and_statuses);
+    RUN(test_thread_count_cap);
     RUN(test_descriptor_errors);
     RUN(test_resolved_desc_and_views);
     RUN(test_execute_errors);
