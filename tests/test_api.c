@@ -111,11 +111,42 @@ static void counting_free(void* ctx, void* ptr, size_t bytes, void* stream) {
 
 static void test_versions_and_statuses(void) {
     CHECK(sdm_p1_version_number() == SDM_P1_VERSION_NUMBER);
-    CHECK(strcmp(sdm_p1_version_string(), "1.1.0") == 0);
+    char version[32];
+    snprintf(version, sizeof version, "%d.%d.%d", SDM_P1_VERSION_MAJOR, SDM_P1_VERSION_MINOR,
+             SDM_P1_VERSION_PATCH);
+    CHECK(strcmp(sdm_p1_version_string(), version) == 0);
+    CHECK(SDM_P1_VERSION_NUMBER >= 10200);
     CHECK(strcmp(sdm_p1_status_string(SDM_P1_SUCCESS), "SDM_P1_SUCCESS") == 0);
     CHECK(strcmp(sdm_p1_status_string(SDM_P1_ERROR_INVALID_INPUT), "SDM_P1_ERROR_INVALID_INPUT") == 0);
     CHECK(strcmp(sdm_p1_status_string((sdm_p1_status)99), "SDM_P1_UNKNOWN_STATUS") == 0);
     CHECK(sdm_p1_last_error() != NULL);
+}
+
+/* The architectures are the library's, reported with or without a device; none without CUDA. */
+static void test_cuda_architectures(void) {
+    const char* list = NULL;
+    int32_t count = -1;
+    const int with_cuda = sdm_p1_cuda_device_count(&count) != SDM_P1_ERROR_BACKEND_UNAVAILABLE;
+    CHECK(sdm_p1_cuda_architectures(NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    const sdm_p1_status st = sdm_p1_cuda_architectures(&list);
+    CHECK(list != NULL);
+    if (list == NULL) return;
+    if (!with_cuda) {
+        CHECK(st == SDM_P1_ERROR_BACKEND_UNAVAILABLE && strcmp(list, "") == 0);
+        CHECK(strstr(sdm_p1_last_error(), "without the CUDA backend") != NULL);
+        return;
+    }
+    CHECK(st == SDM_P1_SUCCESS && list[0] != '\0');
+    /* Every name is sm_<digits> or compute_<digits>, separated by single spaces. */
+    for (const char* p = list; *p != '\0';) {
+        const size_t prefix = strncmp(p, "sm_", 3) == 0 ? 3 : strncmp(p, "compute_", 8) == 0 ? 8 : 0;
+        CHECK_MSG(prefix != 0, list);
+        if (prefix == 0) return;
+        p += prefix;
+        CHECK_MSG(*p >= '0' && *p <= '9', list);
+        while (*p != '\0' && *p != ' ') ++p;
+        if (*p == ' ') ++p;
+    }
 }
 
 /* num_threads is capped at the processors online and at N. */
@@ -469,6 +500,7 @@ static void test_hand_worked_chunk(void) {
 
 int main(void) {
     RUN(test_versions_and_statuses);
+    RUN(test_cuda_architectures);
     RUN(test_thread_count_cap);
     RUN(test_descriptor_errors);
     RUN(test_resolved_desc_and_views);

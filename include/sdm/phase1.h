@@ -56,17 +56,17 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------- */
 /* Versions                                                                                  */
 
-/* The version of this header. The soname is libsdmp1.so.<major>; minor releases only add. */
-#define SDM_P1_VERSION_MAJOR 1
-#define SDM_P1_VERSION_MINOR 1
-#define SDM_P1_VERSION_PATCH 0
-/* One number: major * 10000 + minor * 100 + patch (10100 for 1.1.0). */
+/* SDM_P1_VERSION_MAJOR, _MINOR and _PATCH: the version of this header, in sdm/phase1_version.h
+ * (generated from the build's project version and installed next to this header). The soname
+ * is libsdmp1.so.<major>; minor releases only add. */
+#include "sdm/phase1_version.h"
+/* One number: major * 10000 + minor * 100 + patch (10200 for 1.2.0). */
 #define SDM_P1_VERSION_NUMBER \
     (SDM_P1_VERSION_MAJOR * 10000 + SDM_P1_VERSION_MINOR * 100 + SDM_P1_VERSION_PATCH)
 
 /* The version of the library actually loaded, as SDM_P1_VERSION_NUMBER. */
 SDM_P1_API unsigned sdm_p1_version_number(void);
-/* The same as a string, "1.1.0"; static storage. */
+/* The same as a string, "1.2.0"; static storage. */
 SDM_P1_API const char* sdm_p1_version_string(void);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -85,7 +85,8 @@ typedef enum sdm_p1_status {
     /* The allocator (default or caller's) failed, or the system refused a resource the call
      * needs: a CPU plan's worker thread that could not be started (the message says which). */
     SDM_P1_ERROR_OUT_OF_MEMORY = 4,
-    /* The requested backend is not built into this library or has no device. */
+    /* The requested backend is not built into this library, has no device, or (CUDA) was not
+     * built for the device's architecture (the message names it and those built). */
     SDM_P1_ERROR_BACKEND_UNAVAILABLE = 5,
     /* A CUDA runtime call failed (the message names it). */
     SDM_P1_ERROR_CUDA = 6,
@@ -357,7 +358,9 @@ typedef struct sdm_p1_plan sdm_p1_plan;
 /* Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,
  * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL.
  * CUDA: the plan's device is made current for the call and restored after; the call enqueues
- * no work on any stream. */
+ * no work on any stream. A device of an architecture this library has no kernels for (no
+ * SASS of its major version at or below its minor one, no PTX at or below it; see
+ * sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. */
 SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
 
 /* Frees a plan and everything it allocated, and stops and joins its worker threads (CPU).
@@ -458,6 +461,17 @@ SDM_P1_API sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan);
  * in but the machine has no NVIDIA driver or no device (SDM_P1_SUCCESS); 0 with
  * SDM_P1_ERROR_BACKEND_UNAVAILABLE when this library was built without the CUDA backend. */
 SDM_P1_API sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Since 1.2                                                                                 */
+
+/* The GPU architectures the CUDA backend carries kernels for, in *list: a space-separated,
+ * static string of sm_XY names (machine code, which runs on devices of compute capability
+ * X.Y to X.9; sm_XYa: on X.Y alone) and compute_XY names (PTX, compiled by the driver for
+ * any device of compute capability X.Y or later; compute_XYa: X.Y alone), e.g.
+ * "sm_80 sm_90 sm_100 compute_100" for the release build (Meson option gpu_arch).
+ * Without the CUDA backend: "" and SDM_P1_ERROR_BACKEND_UNAVAILABLE. Needs no device. */
+SDM_P1_API sdm_p1_status sdm_p1_cuda_architectures(const char** list);
 
 #ifdef __cplusplus
 }

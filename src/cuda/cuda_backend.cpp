@@ -6,6 +6,7 @@
 
 #include "../errors.h"
 #include "../input_error.h"
+#include "architectures.h"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -96,6 +97,15 @@ int resolve_device(int requested) {
     if (device < 0 || device >= count) {
         fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.device = ", requested, ": this machine has ",
              count, " CUDA device(s)");
+    }
+    // A device none of the kernels runs on is refused here, not by a launch error at execute.
+    ComputeCapability cc{};
+    check(cudaDeviceGetAttribute(&cc.major, cudaDevAttrComputeCapabilityMajor, device),
+          "cudaDeviceGetAttribute (compute capability)");
+    check(cudaDeviceGetAttribute(&cc.minor, cudaDevAttrComputeCapabilityMinor, device),
+          "cudaDeviceGetAttribute (compute capability)");
+    if (!runs_on(built_architectures(), cc)) {
+        throw Error(SDM_P1_ERROR_BACKEND_UNAVAILABLE, no_kernels_message(device, cc, built_architectures()));
     }
     return device;
 }

@@ -42,7 +42,8 @@ struct Prepared {
 };
 
 // The device the plan runs on: desc's, or the current one (SDM_P1_UNSET); throws
-// BACKEND_UNAVAILABLE (no device) or INVALID_ARGUMENT (no such device).
+// BACKEND_UNAVAILABLE (no device, or none of the kernels' architectures runs on it) or
+// INVALID_ARGUMENT (no such device).
 int resolve_device(int requested);
 
 // Chooses the launch configuration and the workspace layout; `output_bytes` bounds the
