@@ -115,6 +115,17 @@ rust_tests() {
     rust_cargo test --offline
     rust_cargo clippy --offline --all-targets -- -D warnings
     rust_cargo fmt --check
+    rust_static_tests
+}
+
+# The `static` feature from a crate outside the workspace, as a user's: its program links
+# libsdmp1.a and runs with no library path set.
+rust_static_tests() {
+    step "Rust: a program linked with libsdmp1.a (bindings/rust/tests/static-link)"
+    (cd "$root/bindings/rust/tests/static-link" &&
+        SDMP1_LIB_DIR="$build" cargo test --offline -- --nocapture &&
+        SDMP1_LIB_DIR="$build" cargo clippy --offline --all-targets -- -D warnings &&
+        cargo fmt --check)
 }
 
 test_job() {
