@@ -19,7 +19,7 @@ from ._plan import create_plan, desc_values
 
 __all__ = [
     "Workspace", "GpuPlan", "get_plan", "synchronize", "plan_cache_info", "clear_plan_cache",
-    "cuda_device_count",
+    "cuda_device_count", "cuda_architectures",
 ]
 
 #: Plans kept at most (the least recently used unpinned plan goes first).
@@ -296,6 +296,21 @@ def cuda_device_count() -> Optional[int]:
         return None
     check("sdm_p1_cuda_device_count", rc)
     return int(count[0])
+
+
+def cuda_architectures() -> Optional[List[str]]:
+    """The GPU architectures the loaded library's CUDA kernels were built for, e.g.
+    ``["sm_90"]`` or ``["sm_80", "sm_90", "sm_100", "compute_100"]`` (sm_XY: machine code for
+    compute capability X.Y to X.9; compute_XY: PTX for X.Y and later); None when the library
+    has no CUDA backend (or is older than 1.2)."""
+    if not hasattr(lib, "sdm_p1_cuda_architectures"):
+        return None
+    names = ffi.new("const char**")
+    rc = lib.sdm_p1_cuda_architectures(names)
+    if rc == lib.SDM_P1_ERROR_BACKEND_UNAVAILABLE:
+        return None
+    check("sdm_p1_cuda_architectures", rc)
+    return ffi.string(names[0]).decode().split()
 
 
 def requested(plan: GpuPlan) -> List[int]:
