@@ -371,11 +371,16 @@ def test_num_parallel_not_dividing_n():
     _expect_phase1_error("SDM_P1_ERROR_INVALID_ARGUMENT", ["num_parallel"], k, q, kv, qv, g, **opts)
 
 
-@pytest.mark.parametrize("valid_last", [0, 9, -5])
+@pytest.mark.parametrize("valid_last", [0, 9, -5, -1])
 def test_valid_last_out_of_range(valid_last):
+    # -1 too: the C API's "unset" is no Python value (valid_last is required, 1..C).
     (k, q, kv, qv, g), _, opts = make_inputs(C=8)
     opts["valid_last"] = valid_last
-    _expect_phase1_error("SDM_P1_ERROR_INVALID_ARGUMENT", ["valid_last"], k, q, kv, qv, g, **opts)
+    with pytest.raises(ValueError, match=r"valid_last must be in 1\.\.C = 1\.\.8, got " + str(valid_last)):
+        p1.phase1_forward(k, q, kv, qv, g, **opts)
+    with pytest.raises(ValueError, match="valid_last must be None or in 1..C"):
+        p1.Plan(N=4, C=8, W=3, R=2, num_parallel=2, stream_offset=100, num_keys=50,
+                valid_last=valid_last)
 
 
 @pytest.mark.parametrize("which,value", [("k", 50), ("k", -1), ("k", 150), ("q", 150),
@@ -409,11 +414,75 @@ def test_kspa_without_beta():
                          det_fields=p1.DET_SHIPPED | p1.DET_KSPA, **opts)
 
 
-@pytest.mark.parametrize("bits", [1024, 4096, -2])
+@pytest.mark.parametrize("bits", [1024, 4096])
 def test_unknown_det_fields(bits):
     (k, q, kv, qv, g), _, opts = make_inputs()
     _expect_phase1_error("SDM_P1_ERROR_INVALID_ARGUMENT", ["det_fields"], k, q, kv, qv, g,
                          det_fields=bits, **opts)
+
+
+@pytest.mark.parametrize("bits", [-1, -2])
+def test_negative_det_fields(bits):
+    # -1 would be the C API's "unset" (the default set): refused, None is the default.
+    (k, q, kv, qv, g), _, opts = make_inputs()
+    with pytest.raises(ValueError, match="det_fields must be None or a combination of the DET_"):
+        p1.phase1_forward(k, q, kv, qv, g, det_fields=bits, **opts)
+
+
+# The options' types: bools only for bool options, ints (not bools) for int options.
+_INT_OPTIONS = ("num_parallel", "stream_offset", "num_keys", "valid_last", "rec_tile", "det_fields",
+                "num_threads")
+
+
+@pytest.mark.parametrize("name", _INT_OPTIONS)
+@pytest.mark.parametrize("bad", [True, False, 2.0, "2", None])
+def test_int_options_take_ints_only(name, bad):
+    (k, q, kv, qv, g), _, opts = make_inputs()
+    if bad is None and name in ("det_fields", "num_threads"):
+        return  # None is their documented default
+    kw = dict(opts, **{name: bad})
+    with pytest.raises(TypeError, match=f"{name} must be an int, got {type(bad).__name__}"):
+        p1.phase1_forward(k, q, kv, qv, g, **kw)
+
+
+@pytest.mark.parametrize("name", ["need_read_groups", "check"])
+@pytest.mark.parametrize("bad", ["no", 0, 1, None, np.int32(1)])
+def test_bool_options_take_bools_only(name, bad):
+    (k, q, kv, qv, g), _, opts = make_inputs()
+    with pytest.raises(TypeError, match=f"{name} must be a bool"):
+        p1.phase1_forward(k, q, kv, qv, g, **{name: bad}, **opts)
+    with pytest.raises(TypeError, match="need_read_groups must be a bool"):
+        p1.Plan(N=4, C=8, W=3, R=2, num_parallel=2, stream_offset=100, num_keys=50,
+                need_read_groups="no")
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("num_parallel", 0, "num_parallel must be >= 1"),
+    ("stream_offset", -1, "stream_offset must be >= 0"),
+    ("num_keys", 0, r"num_keys must be in 1..2\*\*32"),
+    ("num_keys", 2**32 + 1, r"num_keys must be in 1..2\*\*32"),
+    ("num_threads", -1, "num_threads must be None or 0"),
+])
+def test_option_ranges(name, value, words):
+    (k, q, kv, qv, g), _, opts = make_inputs()
+    with pytest.raises(ValueError, match=words):
+        p1.phase1_forward(k, q, kv, qv, g, **dict(opts, **{name: value}))
+
+
+def test_numpy_integer_options_are_ints():
+    (k, q, kv, qv, g), _, opts = make_inputs()
+    want = p1.phase1_forward(k, q, kv, qv, g, **opts)
+    np_opts = {n: np.int64(v) for n, v in opts.items()}
+    got = p1.phase1_forward(k, q, kv, qv, g, det_fields=np.int32(p1.DET_SHIPPED),
+                            need_read_groups=np.bool_(True), **np_opts)
+    assert_same_result(want, got)
+    with p1.Plan(N=np.int64(4), C=np.int32(8), W=3, R=2, num_parallel=2, stream_offset=100,
+                 num_keys=50, device=np.int64(0)) as plan:
+        assert plan.desc["C"] == 8 and plan.desc["num_parallel"] == 2
+    with pytest.raises(TypeError, match="device must be an int"):
+        p1.Plan(N=4, C=8, W=3, R=2, num_parallel=2, stream_offset=100, num_keys=50, device=True)
+    with pytest.raises(ValueError, match="device must be None or a device ordinal"):
+        p1.Plan(N=4, C=8, W=3, R=2, num_parallel=2, stream_offset=100, num_keys=50, device=-1)
 
 
 def test_rec_tile_too_large():
