@@ -36,6 +36,25 @@ const char* memory_kind(cudaMemoryType t) {
     }
 }
 
+// cuMemGetAddressRange of the driver, through the runtime (no link to libcuda): the base and
+// size of the allocation holding a device pointer. Looked up once; null where unavailable.
+using AddressRange = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
+
+AddressRange address_range_function() {
+    static const AddressRange function = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                             &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            return AddressRange{nullptr};
+        }
+        return reinterpret_cast<AddressRange>(f);
+    }();
+    return function;
+}
+
 KernelShape kernel_shape(const Options& o) {
     KernelShape s{};
     s.N = o.N;
@@ -136,6 +155,20 @@ void require_device_pointer(const void* p, int device, const char* kind, const c
         fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", kind, name, " is ", memory_kind(attr.type),
              on_device ? " of device " : "", on_device ? std::to_string(attr.device) : std::string(),
              "; a CUDA plan needs device memory of device ", device);
+    }
+}
+
+void DevicePointerCheck::require(const void* p, const char* kind, const char* name) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+    for (int i = 0; i < count_; ++i) {
+        if (address >= ranges_[i].begin && address < ranges_[i].end) return;
+    }
+    require_device_pointer(p, device_, kind, name);
+    const AddressRange range = address_range_function();
+    unsigned long long base = 0;
+    size_t size = 0;
+    if (count_ < 8 && range != nullptr && range(&base, &size, address) == 0 && size > 0) {
+        ranges_[count_++] = Range{static_cast<uintptr_t>(base), static_cast<uintptr_t>(base + size)};
     }
 }
 
