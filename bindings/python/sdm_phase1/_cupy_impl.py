@@ -14,7 +14,7 @@ import cupy
 from . import _gpu
 from ._checks import check_agreement, check_dtypes, check_rank
 from ._fields import EMPTY_DTYPES, REPEATS
-from ._options import call_options, plain_call_options, require_bool
+from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
 
 __all__ = ["forward"]
@@ -92,12 +92,9 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         arrays["beta"] = beta
     if not all(isinstance(a, cupy.ndarray) for a in arrays.values()):
         _check_arrays(arrays, device)  # raises
-    if not plain_call_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
-                              rec_tile, det_fields, check):
-        o = call_options(None, num_parallel, stream_offset, num_keys, valid_last,
-                         need_read_groups, rec_tile, det_fields, beta is not None)
-        num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields = o
-        check = require_bool("check", check)
+    (num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields,
+     check) = key_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                          rec_tile, det_fields, check, beta is not None)
 
     with cupy.cuda.Device(device):
         stream = cupy.cuda.get_current_stream()

@@ -14,7 +14,7 @@ import numpy as np
 from ._constants import DET_RECORDS, DET_SHIPPED
 
 __all__ = ["require_int", "require_bool", "optional_int", "CallOptions", "call_options",
-           "plain_call_options"]
+           "plain_call_options", "key_options"]
 
 _NUM_KEYS_MAX = 1 << 32
 
@@ -91,3 +91,19 @@ def plain_call_options(num_parallel, stream_offset, num_keys, valid_last, need_r
             and type(valid_last) is int and type(need_read_groups) is bool
             and type(rec_tile) is int and type(check) is bool
             and (det_fields is None or type(det_fields) is int))
+
+
+def key_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
+                det_fields, check, beta_given: bool) -> tuple:
+    """The options as a plan key holds them: as given when every one has its plain type (their
+    ranges are checked when the key's plan is created), else checked and converted (NumPy
+    integers to int; TypeError for a wrong type), so that a value of another type (True for 1)
+    never finds a plan made for a plain one. (num_parallel, stream_offset, num_keys,
+    valid_last, need_read_groups, rec_tile, det_fields, check)."""
+    if plain_call_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                          rec_tile, det_fields, check):
+        return (num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
+                det_fields, check)
+    o = call_options(None, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                     rec_tile, det_fields, beta_given)
+    return tuple(o) + (require_bool("check", check),)

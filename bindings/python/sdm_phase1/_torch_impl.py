@@ -23,7 +23,7 @@ from . import _gpu
 from ._checks import check_agreement, check_dtypes, check_rank
 from ._fields import EMPTY_DTYPES, REPEATS
 from ._library import lib
-from ._options import call_options, plain_call_options, require_bool
+from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
 
 __all__ = ["run", "forward", "FORWARD_ONLY", "refuse_grad", "check_repeats", "TORCH_DTYPES",
@@ -222,14 +222,9 @@ def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_o
             and isinstance(q_val, T) and isinstance(g, T) and (beta is None or isinstance(beta, T))):
         _make_plan(None, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset,
                    num_keys, valid_last, need_read_groups, rec_tile, det_fields, False)  # raises
-    if not plain_call_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
-                              rec_tile, det_fields, check):
-        # NumPy integers and the like, or wrong types (which raise here): the key holds the
-        # checked values, so that a value of another type (True for 1) never finds a plan.
-        o = call_options(None, num_parallel, stream_offset, num_keys, valid_last,
-                         need_read_groups, rec_tile, det_fields, beta is not None)
-        num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields = o
-        check = require_bool("check", check)
+    (num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields,
+     check) = key_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                          rec_tile, det_fields, check, beta is not None)
     device = k_idx.get_device()  # -1: the CPU
     stream = _current_stream(device) if device >= 0 else 0
     capturing = device >= 0 and _capturing()
