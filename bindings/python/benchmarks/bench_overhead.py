@@ -30,6 +30,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# JAX would otherwise take most of the GPU's memory at its first use, beside torch and CuPy.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import numpy as np  # noqa: E402
 import sdm_phase1 as p1  # noqa: E402

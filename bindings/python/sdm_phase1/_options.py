@@ -102,6 +102,8 @@ def key_options(num_parallel, stream_offset, num_keys, valid_last, need_read_gro
     valid_last, need_read_groups, rec_tile, det_fields, check)."""
     if plain_call_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
                           rec_tile, det_fields, check):
+        if det_fields is None:  # the default's value, so that calls naming it share the plan
+            det_fields = DET_SHIPPED | (DET_RECORDS if beta_given else 0)
         return (num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
                 det_fields, check)
     o = call_options(None, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
