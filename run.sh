@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # libsdmp1's one entry point for a fresh machine:
 #   ./run.sh main    install what is missing, build, run the C example on the CPU backend
-#   ./run.sh test    install what is missing, build, run every test (C/C++, Python) and lint
+#   ./run.sh test    install what is missing, build, run every test (C/C++, Python against the
+#                    installed wheel, Rust) and lint
 #   ./run.sh build   install what is missing and build only
 # The build goes to ./build (Meson + Ninja). Set SDMP1_BUILD_DIR to use another folder.
 set -euo pipefail
@@ -115,13 +116,24 @@ rust_tests() {
     rust_cargo test --offline
     rust_cargo clippy --offline --all-targets -- -D warnings
     rust_cargo fmt --check
+    rust_static_tests
+}
+
+# The `static` feature from a crate outside the workspace, as a user's: its program links
+# libsdmp1.a and runs with no library path set.
+rust_static_tests() {
+    step "Rust: a program linked with libsdmp1.a (bindings/rust/tests/static-link)"
+    (cd "$root/bindings/rust/tests/static-link" &&
+        SDMP1_LIB_DIR="$build" cargo test --offline -- --nocapture &&
+        SDMP1_LIB_DIR="$build" cargo clippy --offline --all-targets -- -D warnings &&
+        cargo fmt --check)
 }
 
 test_job() {
     build
     step "lint: the public header as C99 with -pedantic -Werror"
     echo '#include "sdm/phase1.h"' |
-        cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -x c -
+        cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -I"$build/include" -x c -
     step "lint: only sdm_p1_* symbols exported"
     local extra
     extra=$(nm -D --defined-only "$build/libsdmp1.so" | awk '$2 ~ /[TDBRW]/ {print $3}' | grep -v '^sdm_p1_' || true)
@@ -143,12 +155,35 @@ test_job() {
     rm -rf "$stage"
     step "C/C++ tests (meson test)"
     meson_cmd test -C "$build" --print-errorlogs
-    step "Python tests (pytest)"
-    SDMP1_LIBRARY="$build/libsdmp1.so" "$python" -m pytest -q "$root/bindings/python/tests"
+    wheel_tests
     rust_tests
     if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
         sanitized_tests
     fi
+}
+
+# The wheel as a user gets it: `pip wheel .` (meson-python builds libsdmp1 into the package,
+# its CUDA kernels for SDMP1_GPU_ARCH only, default sm_90, which keeps CI short), installed
+# into a fresh virtual environment with the tests' packages, then the Python tests against
+# that installed copy (SDMP1_TEST_INSTALLED=1: not the source tree's).
+wheel_tests() {
+    local wheel="$build-wheel" t0=$SECONDS
+    step "Python wheel: pip wheel . (gpu_arch ${SDMP1_GPU_ARCH:-90}), installed into a fresh virtual environment"
+    rm -rf "$wheel/dist" "$wheel/venv"
+    "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$wheel/dist" "$root" \
+        -Csetup-args=-Dgpu_arch="${SDMP1_GPU_ARCH:-90}" -Cbuild-dir="$wheel/meson"
+    local file
+    file=$(ls "$wheel"/dist/*.whl)
+    echo "wheel: $(basename "$file"), $(du -k "$file" | cut -f1) KiB, built in $((SECONDS - t0)) s"
+    "$python" -m venv "$wheel/venv"
+    "$wheel/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$file" pytest \
+        pycparser ml_dtypes
+    echo "wheel: built and installed in $((SECONDS - t0)) s"
+    step "Python tests (pytest) against the installed wheel"
+    # From inside the environment's folder, so that nothing of the checkout is on the path.
+    (cd "$wheel/venv" && SDMP1_TEST_INSTALLED=1 SDMP1_BUILD_DIR="$build" \
+        "$wheel/venv/bin/python" -m pytest -q -p no:cacheprovider "$root/bindings/python/tests")
+    echo "wheel: built, installed and tested in $((SECONDS - t0)) s"
 }
 
 # The same tests against a build with AddressSanitizer and UndefinedBehaviorSanitizer: no

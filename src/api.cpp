@@ -3,6 +3,7 @@
 #include <exception>
 #include <new>
 
+#include "cuda/architectures.h"
 #include "cuda/cuda_backend.h"
 #include "errors.h"
 #include "outputs.h"
@@ -10,6 +11,12 @@
 #include "sdm/phase1.h"
 
 namespace {
+
+// "1.2.0" from the generated version macros.
+#define SDM_P1_STRINGIFY_(x) #x
+#define SDM_P1_STRINGIFY(x) SDM_P1_STRINGIFY_(x)
+constexpr const char kVersionString[] = SDM_P1_STRINGIFY(SDM_P1_VERSION_MAJOR) "." SDM_P1_STRINGIFY(
+    SDM_P1_VERSION_MINOR) "." SDM_P1_STRINGIFY(SDM_P1_VERSION_PATCH);
 
 template <typename Body>
 sdm_p1_status guarded(Body body) {
@@ -41,7 +48,7 @@ extern "C" {
 
 unsigned sdm_p1_version_number(void) { return SDM_P1_VERSION_NUMBER; }
 
-const char* sdm_p1_version_string(void) { return "1.1.0"; }
+const char* sdm_p1_version_string(void) { return kVersionString; }
 
 const char* sdm_p1_status_string(sdm_p1_status status) {
     switch (status) {
@@ -125,6 +132,17 @@ sdm_p1_status sdm_p1_cuda_device_count(int32_t* count) {
 #else
         sdm_p1::fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE,
                      "sdm_p1_cuda_device_count: this libsdmp1 was built without the CUDA backend");
+#endif
+    });
+}
+
+sdm_p1_status sdm_p1_cuda_architectures(const char** list) {
+    return guarded([&] {
+        if (list == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_cuda_architectures: list is NULL");
+        *list = sdm_p1::cuda::built_architectures();
+#if !defined(SDM_P1_WITH_CUDA)
+        sdm_p1::fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE,
+                     "sdm_p1_cuda_architectures: this libsdmp1 was built without the CUDA backend");
 #endif
     });
 }

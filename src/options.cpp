@@ -1,5 +1,6 @@
 #include "options.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "cuda/cuda_backend.h"
@@ -158,10 +159,11 @@ Options resolve_options(const sdm_p1_desc* desc) {
 
     require(d.num_threads >= SDM_P1_UNSET, "num_threads", d.num_threads,
             "must be >= 1, or 0 / SDM_P1_UNSET for the hardware's count");
-    int threads = d.num_threads;
-    if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
-    if (threads <= 0) threads = 1;
-    if (threads > o.N) threads = static_cast<int>(o.N);   // one chunk is the unit of work
+    // At most the hardware's threads (more only take turns on it) and N (a chunk is the unit
+    // of work).
+    const int hardware = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    int threads = d.num_threads <= 0 ? hardware : std::min(d.num_threads, hardware);
+    if (threads > o.N) threads = static_cast<int>(o.N);
     o.num_threads = threads;
 
     require(d.output_mode == SDM_P1_OUTPUTS_PLAN || d.output_mode == SDM_P1_OUTPUTS_CALLER,

@@ -32,18 +32,16 @@ void require_input(const void* p, size_t align, const char* name) {
 // A CUDA plan's input pointers and caller output buffers must be memory of its device.
 void require_device_memory(const sdm_p1_plan& plan, const sdm_p1_inputs& in, void* const* outputs,
                            int32_t count) {
-    const int device = plan.options.device;
-    cuda::require_device_pointer(in.k_idx, device, "inputs->", "k_idx");
-    cuda::require_device_pointer(in.q_idx, device, "inputs->", "q_idx");
-    cuda::require_device_pointer(in.k_val, device, "inputs->", "k_val");
-    cuda::require_device_pointer(in.q_val, device, "inputs->", "q_val");
-    cuda::require_device_pointer(in.g, device, "inputs->", "g");
-    if (plan.options.has(SDM_P1_DET_KSPA)) cuda::require_device_pointer(in.beta, device, "inputs->", "beta");
+    cuda::DevicePointerCheck check(plan.options.device);
+    check.require(in.k_idx, "inputs->", "k_idx");
+    check.require(in.q_idx, "inputs->", "q_idx");
+    check.require(in.k_val, "inputs->", "k_val");
+    check.require(in.q_val, "inputs->", "q_val");
+    check.require(in.g, "inputs->", "g");
+    if (plan.options.has(SDM_P1_DET_KSPA)) check.require(in.beta, "inputs->", "beta");
     for (int f = 0; f < count; ++f) {
         const sdm_p1_tensor& v = plan.views[static_cast<size_t>(f)];
-        if (v.requested && outputs[f] != nullptr) {
-            cuda::require_device_pointer(outputs[f], device, "the buffer of output ", v.name);
-        }
+        if (v.requested && outputs[f] != nullptr) check.require(outputs[f], "the buffer of output ", v.name);
     }
 }
 #endif
@@ -61,6 +59,7 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     if (o.backend == SDM_P1_BACKEND_CPU) {
         if (o.allocator.alloc == nullptr) o.allocator = default_allocator(o.backend);
         workspace_bytes = cpu::workspace_bytes(o);
+        plan->workers = std::make_unique<cpu::WorkerPool>(o.num_threads - 1);
     } else {
 #if defined(SDM_P1_WITH_CUDA)
         o.device = cuda::resolve_device(o.device);
@@ -139,12 +138,12 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outpu
         }
     }
     if (o.backend == SDM_P1_BACKEND_CPU) {
-        cpu::execute(o, *in, output_buffers(buffers), plan.workspace.data());
+        cpu::execute(o, *in, output_buffers(buffers), plan.workspace.data(), *plan.workers);
         return;
     }
 #if defined(SDM_P1_WITH_CUDA)
+    const cuda::DeviceGuard guard(o.device);   // current for the checks' driver queries too
     require_device_memory(plan, *in, outputs, count);
-    const cuda::DeviceGuard guard(o.device);
     cuda::execute(o, plan.cuda, *in, output_buffers(buffers), plan.workspace.data(), stream);
     plan.executed = true;
 #else

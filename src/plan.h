@@ -3,7 +3,9 @@
 #define SDM_P1_PLAN_H
 
 #include <cstddef>
+#include <memory>
 
+#include "cpu/worker_pool.h"
 #include "cuda/cuda_backend.h"
 #include "memory.h"
 #include "options.h"
@@ -17,6 +19,8 @@ struct sdm_p1_plan {
     sdm_p1::Block workspace;
     sdm_p1::cuda::Prepared cuda;  // CUDA plans: launch configuration, workspace layout
     bool executed = false;        // an execute was enqueued (the data check exists)
+    // CPU plans: the num_threads - 1 workers (declared last: joined before the memory goes).
+    std::unique_ptr<sdm_p1::cpu::WorkerPool> workers;
 
     sdm_p1_plan() = default;
     sdm_p1_plan(const sdm_p1_plan&) = delete;

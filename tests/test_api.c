@@ -1,10 +1,12 @@
 /* The C API as a C99 caller sees it: versions, statuses, every descriptor and execute error,
  * allocators, output modes and views, and a hand-worked chunk. */
+#define _POSIX_C_SOURCE 200809L   /* sysconf */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sdm/phase1.h"
 #include "test_util.h"
@@ -109,11 +111,61 @@ static void counting_free(void* ctx, void* ptr, size_t bytes, void* stream) {
 
 static void test_versions_and_statuses(void) {
     CHECK(sdm_p1_version_number() == SDM_P1_VERSION_NUMBER);
-    CHECK(strcmp(sdm_p1_version_string(), "1.1.0") == 0);
+    char version[32];
+    snprintf(version, sizeof version, "%d.%d.%d", SDM_P1_VERSION_MAJOR, SDM_P1_VERSION_MINOR,
+             SDM_P1_VERSION_PATCH);
+    CHECK(strcmp(sdm_p1_version_string(), version) == 0);
+    CHECK(SDM_P1_VERSION_NUMBER >= 10200);
     CHECK(strcmp(sdm_p1_status_string(SDM_P1_SUCCESS), "SDM_P1_SUCCESS") == 0);
     CHECK(strcmp(sdm_p1_status_string(SDM_P1_ERROR_INVALID_INPUT), "SDM_P1_ERROR_INVALID_INPUT") == 0);
     CHECK(strcmp(sdm_p1_status_string((sdm_p1_status)99), "SDM_P1_UNKNOWN_STATUS") == 0);
     CHECK(sdm_p1_last_error() != NULL);
+}
+
+/* The architectures are the library's, reported with or without a device; none without CUDA. */
+static void test_cuda_architectures(void) {
+    const char* list = NULL;
+    int32_t count = -1;
+    const int with_cuda = sdm_p1_cuda_device_count(&count) != SDM_P1_ERROR_BACKEND_UNAVAILABLE;
+    CHECK(sdm_p1_cuda_architectures(NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    const sdm_p1_status st = sdm_p1_cuda_architectures(&list);
+    CHECK(list != NULL);
+    if (list == NULL) return;
+    if (!with_cuda) {
+        CHECK(st == SDM_P1_ERROR_BACKEND_UNAVAILABLE && strcmp(list, "") == 0);
+        CHECK(strstr(sdm_p1_last_error(), "without the CUDA backend") != NULL);
+        return;
+    }
+    CHECK(st == SDM_P1_SUCCESS && list[0] != '\0');
+    /* Every name is sm_<digits> or compute_<digits>, separated by single spaces. */
+    for (const char* p = list; *p != '\0';) {
+        const size_t prefix = strncmp(p, "sm_", 3) == 0 ? 3 : strncmp(p, "compute_", 8) == 0 ? 8 : 0;
+        CHECK_MSG(prefix != 0, list);
+        if (prefix == 0) return;
+        p += prefix;
+        CHECK_MSG(*p >= '0' && *p <= '9', list);
+        while (*p != '\0' && *p != ' ') ++p;
+        if (*p == ' ') ++p;
+    }
+}
+
+/* num_threads is capped at the processors online and at N. */
+static void test_thread_count_cap(void) {
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const int32_t asks[] = {1, 2, 3, 1000, 0, SDM_P1_UNSET};
+    for (size_t i = 0; i < sizeof asks / sizeof asks[0]; ++i) {
+        sdm_p1_desc d = problem_desc();
+        d.num_threads = asks[i];
+        sdm_p1_plan* plan = NULL;
+        sdm_p1_desc r;
+        CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+        CHECK(sdm_p1_plan_desc(plan, &r) == SDM_P1_SUCCESS);
+        long want = asks[i] <= 0 ? online : asks[i];
+        if (want > online) want = online;
+        if (want > TN) want = TN;
+        CHECK_MSG(r.num_threads == want, "num_threads");
+        sdm_p1_plan_destroy(plan);
+    }
 }
 
 static void test_descriptor_errors(void) {
@@ -448,6 +500,8 @@ static void test_hand_worked_chunk(void) {
 
 int main(void) {
     RUN(test_versions_and_statuses);
+    RUN(test_cuda_architectures);
+    RUN(test_thread_count_cap);
     RUN(test_descriptor_errors);
     RUN(test_resolved_desc_and_views);
     RUN(test_execute_errors);

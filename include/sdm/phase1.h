@@ -32,7 +32,8 @@
  *   - Bit-exactness: the CPU backend defines the arithmetic; every backend gives the same bits
  *     for the same inputs, shapes and options, independent of thread count or device.
  *
- * Global state: none, except the per-thread last-error message.
+ * Global state: none, except the per-thread last-error message. A CPU plan owns its worker
+ * threads (see sdm_p1_execute); no thread outlives the plan that started it.
  */
 #ifndef SDM_PHASE1_H
 #define SDM_PHASE1_H
@@ -55,17 +56,17 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------- */
 /* Versions                                                                                  */
 
-/* The version of this header. The soname is libsdmp1.so.<major>; minor releases only add. */
-#define SDM_P1_VERSION_MAJOR 1
-#define SDM_P1_VERSION_MINOR 1
-#define SDM_P1_VERSION_PATCH 0
-/* One number: major * 10000 + minor * 100 + patch (10100 for 1.1.0). */
+/* SDM_P1_VERSION_MAJOR, _MINOR and _PATCH: the version of this header, in sdm/phase1_version.h
+ * (generated from the build's project version and installed next to this header). The soname
+ * is libsdmp1.so.<major>; minor releases only add. */
+#include "sdm/phase1_version.h"
+/* One number: major * 10000 + minor * 100 + patch (10200 for 1.2.0). */
 #define SDM_P1_VERSION_NUMBER \
     (SDM_P1_VERSION_MAJOR * 10000 + SDM_P1_VERSION_MINOR * 100 + SDM_P1_VERSION_PATCH)
 
 /* The version of the library actually loaded, as SDM_P1_VERSION_NUMBER. */
 SDM_P1_API unsigned sdm_p1_version_number(void);
-/* The same as a string, "1.1.0"; static storage. */
+/* The same as a string, "1.2.0"; static storage. */
 SDM_P1_API const char* sdm_p1_version_string(void);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -81,9 +82,11 @@ typedef enum sdm_p1_status {
     /* The input data break a rule: a valid token's slot id outside its stream's range, a
      * non-finite gate, a gate of magnitude 2^22 or more. Outputs are then unspecified. */
     SDM_P1_ERROR_INVALID_INPUT = 3,
-    /* The allocator (default or caller's) failed. */
+    /* The allocator (default or caller's) failed, or the system refused a resource the call
+     * needs: a CPU plan's worker thread that could not be started (the message says which). */
     SDM_P1_ERROR_OUT_OF_MEMORY = 4,
-    /* The requested backend is not built into this library or has no device. */
+    /* The requested backend is not built into this library, has no device, or (CUDA) was not
+     * built for the device's architecture (the message names it and those built). */
     SDM_P1_ERROR_BACKEND_UNAVAILABLE = 5,
     /* A CUDA runtime call failed (the message names it). */
     SDM_P1_ERROR_CUDA = 6,
@@ -217,8 +220,10 @@ typedef struct sdm_p1_desc {
     int32_t backend;
     /* CUDA device ordinal; SDM_P1_UNSET: the current device. Ignored by the CPU backend. */
     int32_t device;
-    /* CPU backend worker threads, >= 1; 0 or SDM_P1_UNSET: the hardware's thread count.
-     * The output bits never depend on it. */
+    /* CPU backend threads (the calling thread and num_threads - 1 workers), >= 1; 0 or
+     * SDM_P1_UNSET: the hardware's thread count. Capped at the hardware's thread count (the
+     * processors online, std::thread::hardware_concurrency) and at N (a chunk is the unit of
+     * work); sdm_p1_plan_desc reports the count used. The output bits never depend on it. */
     int32_t num_threads;
     /* An sdm_p1_output_mode. */
     int32_t output_mode;
@@ -353,10 +358,14 @@ typedef struct sdm_p1_plan sdm_p1_plan;
 /* Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,
  * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL.
  * CUDA: the plan's device is made current for the call and restored after; the call enqueues
- * no work on any stream. */
+ * no work on any stream. A device of an architecture this library has no kernels for (no
+ * SASS of its major version at or below its minor one, no PTX at or below it; see
+ * sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. */
 SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
 
-/* Frees a plan and everything it allocated. NULL is accepted and ignored. */
+/* Frees a plan and everything it allocated, and stops and joins its worker threads (CPU).
+ * NULL is accepted and ignored. In a child process forked after the plan's workers started,
+ * the workers do not exist: their bookkeeping (a few hundred bytes) is left unfreed. */
 SDM_P1_API sdm_p1_status sdm_p1_plan_destroy(sdm_p1_plan* plan);
 
 /* The options the plan resolved (every UNSET replaced by the library's choice, e.g. the
@@ -408,9 +417,13 @@ typedef struct sdm_p1_inputs {
  *   check below). It checks that every input pointer (and every caller output buffer) is
  *   device memory of the plan's device (SDM_P1_ERROR_INVALID_ARGUMENT naming the field
  *   otherwise) and makes the plan's device current for the launch only. The CPU backend
- *   ignores `stream`, runs the chunks on the calling thread and num_threads - 1 worker
- *   threads it starts and joins within the call (their scratch is the plan's workspace), and
- *   returns when the outputs are complete.
+ *   ignores `stream`, runs the chunks on the calling thread and the plan's num_threads - 1
+ *   worker threads, and returns when the outputs are complete. The workers belong to the
+ *   plan: started by its first execute (in each process: a child forked from a process
+ *   whose plan had started them starts its own at its first execute), parked between
+ *   executes without using the processor, and joined by sdm_p1_plan_destroy. Their scratch
+ *   is the plan's workspace. A worker that cannot be started gives
+ *   SDM_P1_ERROR_OUT_OF_MEMORY (the plan stays usable; a later execute tries again).
  * Bad input data (ids out of range, bad gates): the CPU backend returns
  * SDM_P1_ERROR_INVALID_INPUT with the first offending chunk, token and lane. The CUDA backend
  * cannot know before its kernels run: execute succeeds, the kernels record the first
@@ -448,6 +461,17 @@ SDM_P1_API sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan);
  * in but the machine has no NVIDIA driver or no device (SDM_P1_SUCCESS); 0 with
  * SDM_P1_ERROR_BACKEND_UNAVAILABLE when this library was built without the CUDA backend. */
 SDM_P1_API sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Since 1.2                                                                                 */
+
+/* The GPU architectures the CUDA backend carries kernels for, in *list: a space-separated,
+ * static string of sm_XY names (machine code, which runs on devices of compute capability
+ * X.Y to X.9; sm_XYa: on X.Y alone) and compute_XY names (PTX, compiled by the driver for
+ * any device of compute capability X.Y or later; compute_XYa: X.Y alone), e.g.
+ * "sm_80 sm_90 sm_100 compute_100" for the release build (Meson option gpu_arch).
+ * Without the CUDA backend: "" and SDM_P1_ERROR_BACKEND_UNAVAILABLE. Needs no device. */
+SDM_P1_API sdm_p1_status sdm_p1_cuda_architectures(const char** list);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <cfenv>
-#include <thread>
 #include <vector>
 
 #include "../errors.h"
@@ -65,33 +64,35 @@ void worker(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
     }
 }
 
+// One execute's job, shared by the calling thread (worker 0) and the pool's workers.
+struct Job {
+    const Options* o;
+    const sdm_p1_inputs* in;
+    const OutputBuffers* out;
+    char* workspace;
+    size_t scratch_bytes;   // per worker
+    SharedState shared;
+    std::vector<WorkerResult> results;
+
+    static void run(void* context, int w) {
+        Job& j = *static_cast<Job*>(context);
+        worker(*j.o, *j.in, *j.out, j.workspace + j.scratch_bytes * static_cast<size_t>(w), j.shared,
+               j.results[static_cast<size_t>(w)]);
+    }
+};
+
 }  // namespace
 
 size_t workspace_bytes(const Options& o) {
     return static_cast<size_t>(o.num_threads) * ChunkScratch::bytes(o);
 }
 
-void execute(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
-             void* workspace) {
-    SharedState shared;
-    std::vector<WorkerResult> results(static_cast<size_t>(o.num_threads));
-    const size_t per = ChunkScratch::bytes(o);
-    auto scratch = [&](int w) { return static_cast<char*>(workspace) + per * static_cast<size_t>(w); };
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<size_t>(o.num_threads - 1));
-    try {
-        for (int w = 1; w < o.num_threads; ++w) {
-            threads.emplace_back(worker, std::cref(o), std::cref(in), std::cref(out), scratch(w),
-                                 std::ref(shared), std::ref(results[static_cast<size_t>(w)]));
-        }
-    } catch (...) {
-        // Could not start a thread: stop the ones started, then report.
-        shared.next_chunk.store(o.N);
-        for (std::thread& t : threads) t.join();
-        throw;
-    }
-    worker(o, in, out, scratch(0), shared, results[0]);
-    for (std::thread& t : threads) t.join();
+void execute(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out, void* workspace,
+             WorkerPool& pool) {
+    Job job{&o, &in, &out, static_cast<char*>(workspace), ChunkScratch::bytes(o), {},
+            std::vector<WorkerResult>(static_cast<size_t>(o.num_threads))};
+    pool.run(&Job::run, &job);
+    const std::vector<WorkerResult>& results = job.results;
 
     int64_t repeats = 0;
     const WorkerResult* failed = nullptr;

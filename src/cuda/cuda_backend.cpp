@@ -6,6 +6,7 @@
 
 #include "../errors.h"
 #include "../input_error.h"
+#include "architectures.h"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -33,6 +34,25 @@ const char* memory_kind(cudaMemoryType t) {
         case cudaMemoryTypeManaged: return "managed memory";
         default: return "host memory";
     }
+}
+
+// cuMemGetAddressRange of the driver, through the runtime (no link to libcuda): the base and
+// size of the allocation holding a device pointer. Looked up once; null where unavailable.
+using AddressRange = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
+
+AddressRange address_range_function() {
+    static const AddressRange function = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                             &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            return AddressRange{nullptr};
+        }
+        return reinterpret_cast<AddressRange>(f);
+    }();
+    return function;
 }
 
 KernelShape kernel_shape(const Options& o) {
@@ -97,6 +117,15 @@ int resolve_device(int requested) {
         fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.device = ", requested, ": this machine has ",
              count, " CUDA device(s)");
     }
+    // A device none of the kernels runs on is refused here, not by a launch error at execute.
+    ComputeCapability cc{};
+    check(cudaDeviceGetAttribute(&cc.major, cudaDevAttrComputeCapabilityMajor, device),
+          "cudaDeviceGetAttribute (compute capability)");
+    check(cudaDeviceGetAttribute(&cc.minor, cudaDevAttrComputeCapabilityMinor, device),
+          "cudaDeviceGetAttribute (compute capability)");
+    if (!runs_on(built_architectures(), cc)) {
+        throw Error(SDM_P1_ERROR_BACKEND_UNAVAILABLE, no_kernels_message(device, cc, built_architectures()));
+    }
     return device;
 }
 
@@ -126,6 +155,20 @@ void require_device_pointer(const void* p, int device, const char* kind, const c
         fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", kind, name, " is ", memory_kind(attr.type),
              on_device ? " of device " : "", on_device ? std::to_string(attr.device) : std::string(),
              "; a CUDA plan needs device memory of device ", device);
+    }
+}
+
+void DevicePointerCheck::require(const void* p, const char* kind, const char* name) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+    for (int i = 0; i < count_; ++i) {
+        if (address >= ranges_[i].begin && address < ranges_[i].end) return;
+    }
+    require_device_pointer(p, device_, kind, name);
+    const AddressRange range = address_range_function();
+    unsigned long long base = 0;
+    size_t size = 0;
+    if (count_ < 8 && range != nullptr && range(&base, &size, address) == 0 && size > 0) {
+        ranges_[count_++] = Range{static_cast<uintptr_t>(base), static_cast<uintptr_t>(base + size)};
     }
 }
 

@@ -4,6 +4,7 @@
 #define SDM_P1_CUDA_BACKEND_H
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "../../kernels/launch.h"
@@ -42,7 +43,8 @@ struct Prepared {
 };
 
 // The device the plan runs on: desc's, or the current one (SDM_P1_UNSET); throws
-// BACKEND_UNAVAILABLE (no device) or INVALID_ARGUMENT (no such device).
+// BACKEND_UNAVAILABLE (no device, or none of the kernels' architectures runs on it) or
+// INVALID_ARGUMENT (no such device).
 int resolve_device(int requested);
 
 // Chooses the launch configuration and the workspace layout; `output_bytes` bounds the
@@ -55,6 +57,25 @@ sdm_p1_allocator default_allocator();
 // Throws INVALID_ARGUMENT unless p is device memory of `device`; the message names the field
 // as `kind` followed by `name` (e.g. "inputs->", "k_idx"), built only on failure.
 void require_device_pointer(const void* p, int device, const char* kind, const char* name);
+
+// The same check for the pointers of one execute, asking CUDA once per allocation: a pointer
+// inside an allocation that an earlier pointer was found in (its address range, from the
+// driver's cuMemGetAddressRange) is device memory of the same device without another query,
+// so outputs carved from one block cost one check. Where the driver cannot give the range,
+// every pointer is queried. The plan's device should be current.
+class DevicePointerCheck {
+public:
+    explicit DevicePointerCheck(int device) : device_(device) {}
+    void require(const void* p, const char* kind, const char* name);
+
+private:
+    struct Range {
+        uintptr_t begin, end;
+    };
+    int device_;
+    Range ranges_[8] = {};
+    int count_ = 0;
+};
 
 // Enqueues the plan's work on `stream`; the plan's device must be current.
 void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in,

@@ -1,94 +1,117 @@
-"""The Python overhead of a cached sdm_phase1 call on PyTorch CUDA tensors, next to the kernel time,
-for the S6 shape of DESIGN.md (N=128, C=128, W=R=64, num_keys=262144, bfloat16 values,
-per-token gates, 2 streams, the default det_fields).
+"""The host time of a cached sdm_phase1 call, per path, next to the kernel's GPU time, for the S6
+shape of DESIGN.md (N=128, C=128, W=R=64, num_keys=262144, bfloat16 values, per-token gates,
+2 streams, the default det_fields), in one table:
 
-    SDMP1_LIBRARY=build-gpu/libsdmp1.so python3 bindings/python/benchmarks/bench_overhead.py
+    python3 bindings/python/benchmarks/bench_overhead.py [--json FILE]
 
-Prints one table (microseconds per call); without torch, a GPU or a CUDA-enabled library it
-says why and exits 0. Host times are the wall time of back-to-back calls in batches short
-enough that the GPU's launch queue never makes the host wait; the GPU time is that of replays
-of one captured call.
+Rows: sdm_p1_execute through cffi on the cached plan (outputs preallocated: the C call and its
+cffi marshalling alone), sdm_phase1.phase1_forward on PyTorch CUDA tensors, the PyTorch
+operator (sdm_phase1.torch_ops.phase1_forward), phase1_forward on CuPy arrays and on JAX
+arrays (the same data; a row says why it is missing where that framework is not installed).
+Host times are the median over batches of back-to-back calls, each batch short enough that
+the GPU's launch queue never makes the host wait, the device synchronized between batches;
+the GPU time is that of replays of one captured call (CUDA graph).
+
+Without a GPU (or with --device cpu) it times the same paths on the CPU backend for a tiny
+shape (N=2, C=16, W=R=4: NumPy arrays, PyTorch CPU tensors, the operator), where the first row
+is the library's own execute and the others add the Python layers' host time to it.
+
+The library is the one sdm_phase1 loads (SDMP1_LIBRARY overrides, see the package README).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# JAX would otherwise take most of the GPU's memory at its first use, beside torch and CuPy.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
+import numpy as np  # noqa: E402
 import sdm_phase1 as p1  # noqa: E402
+from sdm_phase1 import _gpu  # noqa: E402
 
 S6 = dict(N=128, C=128, W=64, R=64, num_keys=262144, num_parallel=2)
+TINY = dict(N=2, C=16, W=4, R=4, num_keys=1024, num_parallel=1)
+#: Issue 21's targets on an H200 for S6, host microseconds per cached call.
+TARGETS = {"cffi": 10.0, "torch": 30.0, "op": 40.0}
 
 
-def skip_reason():
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device"
-    count = p1.cuda_device_count()
-    if count is None:
-        return f"{p1.library_path} was built without the CUDA backend"
-    if count == 0:
-        return "the library sees no CUDA device"
-    return None
-
-
-def make_inputs(torch, device, N, C, W, R, num_keys, num_parallel, seed=0):
-    """S6-like inputs: W distinct ids per token (one per block of num_keys / W ids), random read
-    ids, bfloat16 values, per-token gates; stream s owns [s * num_keys, (s + 1) * num_keys)."""
-    gen = torch.Generator(device=device).manual_seed(seed)
+def host_inputs(N, C, W, R, num_keys, num_parallel, seed=0):
+    """S6-like NumPy inputs: W distinct ids per token (one per block of num_keys / W ids), random
+    read ids, bfloat16 values (uint16 bits), per-token gates; stream s owns
+    [s * num_keys, (s + 1) * num_keys)."""
+    rng = np.random.default_rng(seed)
     block = num_keys // W
-    start = torch.randint(0, num_keys, (N, C, 1), generator=gen, device=device)
-    jitter = torch.randint(0, block, (N, C, W), generator=gen, device=device)
-    lanes = torch.arange(W, device=device) * block
-    base = (torch.arange(N, device=device) % num_parallel * num_keys).view(N, 1, 1)
-    k_idx = ((start + lanes + jitter) % num_keys + base).to(torch.int32)
-    q_idx = (torch.randint(0, num_keys, (N, C, R), generator=gen, device=device) + base).to(torch.int32)
-    k_val = torch.randn(N, C, W, generator=gen, device=device).to(torch.bfloat16)
-    q_val = torch.randn(N, C, R, generator=gen, device=device).to(torch.bfloat16)
-    g = -torch.rand(N, C, 1, generator=gen, device=device) * 0.5
+    start = rng.integers(0, num_keys, (N, C, 1))
+    jitter = rng.integers(0, block, (N, C, W))
+    base = (np.arange(N) % num_parallel * num_keys)[:, None, None]
+    k_idx = ((start + np.arange(W) * block + jitter) % num_keys + base).astype(np.int32)
+    q_idx = (rng.integers(0, num_keys, (N, C, R)) + base).astype(np.int32)
+    k_val = p1.bf16_from_float32(rng.standard_normal((N, C, W)).astype(np.float32))
+    q_val = p1.bf16_from_float32(rng.standard_normal((N, C, R)).astype(np.float32))
+    g = (-rng.random((N, C, 1)) * 0.5).astype(np.float32)
     return k_idx, q_idx, k_val, q_val, g
 
 
-def host_us(torch, fn, batches, batch):
+def options(shape):
+    return dict(num_parallel=shape["num_parallel"], stream_offset=shape["num_keys"],
+                num_keys=shape["num_keys"], valid_last=shape["C"])
+
+
+def host_us(fn, sync, batches, batch):
     """Median wall time per call (microseconds) of `batch` back-to-back calls."""
+    fn()
+    sync()
     per = []
     for _ in range(batches):
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         for _ in range(batch):
             fn()
         per.append((time.perf_counter() - t0) / batch * 1e6)
-    torch.cuda.synchronize()
+    sync()
     return statistics.median(per)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", type=int, default=30)
-    ap.add_argument("--batch", type=int, default=20)
-    ap.add_argument("--replays", type=int, default=200)
-    args = ap.parse_args(argv)
-    reason = skip_reason()
-    if reason:
-        print(f"bench_overhead: skipped: {reason}")
-        return 0
+def has(module):
+    return importlib.util.find_spec(module) is not None
 
+
+def cached_plan(framework):
+    """The most recently used cached plan of a framework (the one the warm-up call made)."""
+    plans = [p for k, p in _gpu._cache.plans.items() if k[0] == framework]
+    return plans[-1]
+
+
+def raw_execute(plan, pointers, block):
+    """sdm_p1_execute on the cached plan with preallocated outputs: the C call and cffi alone."""
+    def call():
+        plan.execute_block(*pointers, block)
+    return call
+
+
+# ---- GPU ------------------------------------------------------------------------------------
+
+
+def gpu_rows(args):
     import torch
-    from sdm_phase1 import _gpu, _torch_impl, torch_ops
+    from sdm_phase1 import torch_ops
 
     device = torch.device("cuda", torch.cuda.current_device())
     s = S6
-    k_idx, q_idx, k_val, q_val, g = make_inputs(torch, device, **s)
-    opts = dict(num_parallel=s["num_parallel"], stream_offset=s["num_keys"], num_keys=s["num_keys"],
-                valid_last=s["C"])
+    arrays = host_inputs(**s)
+    as_torch = [torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16
+                else torch.from_numpy(a) for a in arrays]
+    k_idx, q_idx, k_val, q_val, g = (t.to(device) for t in as_torch)
+    opts = options(s)
+    sync = torch.cuda.synchronize
 
     def call():
         return p1.phase1_forward(k_idx, q_idx, k_val, q_val, g, **opts)
@@ -97,24 +120,21 @@ def main(argv=None) -> int:
         return torch_ops.phase1_forward(k_idx, q_idx, k_val, q_val, g, **opts)
 
     call(), call_op()
-    torch.cuda.synchronize()
-
-    # The cached plan and preallocated outputs: the cost of the C call alone.
-    stream = torch.cuda.current_stream(device).cuda_stream
-    plan = next(p for k, p in _gpu._cache.plans.items() if k[0] == "torch" and k[2] == stream)
-    outs = [torch.empty(shape, dtype=_torch_impl.TORCH_DTYPES[dt], device=device)
-            for _, shape, dt in plan.fields]
-    ins = [t.data_ptr() for t in (k_idx, q_idx, k_val, q_val, g)] + [0]
-    ptrs = [o.data_ptr() for o in outs]
-
-    def call_c():
-        plan.execute(*ins, ptrs)
-
+    sync()
+    plan = cached_plan("torch")
+    block = torch.empty(plan.block_bytes, dtype=torch.uint8, device=device)
+    pointers = [t.data_ptr() for t in (k_idx, q_idx, k_val, q_val, g)] + [0]
     created = p1.plan_cache_info()["created"]
-    c_us = host_us(torch, call_c, args.batches, args.batch)
-    py_us = host_us(torch, call, args.batches, args.batch)
-    op_us = host_us(torch, call_op, args.batches, args.batch)
+    rows = [
+        ("sdm_p1_execute through cffi (cached plan)", "cffi",
+         host_us(raw_execute(plan, pointers, block.data_ptr()), sync, args.batches, args.batch)),
+        ("sdm_phase1.phase1_forward, PyTorch CUDA tensors", "torch",
+         host_us(call, sync, args.batches, args.batch)),
+        ("torch_ops.phase1_forward (the custom op)", "op", host_us(call_op, sync, args.batches, args.batch)),
+    ]
     assert p1.plan_cache_info()["created"] == created, "a timed call created a plan"
+    rows.append(cupy_row(args, [k_idx, q_idx, k_val, q_val, g], opts))
+    rows.append(jax_row(args, arrays, opts))
     p1.synchronize()
 
     # GPU time: replays of one captured call.
@@ -128,28 +148,164 @@ def main(argv=None) -> int:
         call()
     graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
+    sync()
     start.record()
     for _ in range(args.replays):
         graph.replay()
     end.record()
     end.synchronize()
     gpu = start.elapsed_time(end) * 1e3 / args.replays
+    title = (f"S6 on {torch.cuda.get_device_name(device)}: N={s['N']} C={s['C']} W={s['W']} "
+             f"R={s['R']} num_keys={s['num_keys']} bf16, per-token gates, 2 streams, det_fields "
+             f"{p1.DET_SHIPPED}; torch {torch.__version__}; GPU time per call (graph replay) "
+             f"{gpu:.1f} us")
+    return title, rows, gpu
 
-    print(f"S6 on {torch.cuda.get_device_name(device)}: N={s['N']} C={s['C']} W={s['W']} "
-          f"R={s['R']} num_keys={s['num_keys']} bf16, per-token gates, 2 streams, det_fields "
-          f"{p1.DET_SHIPPED}; torch {torch.__version__}")
+
+def cupy_row(args, tensors, opts):
+    what = "sdm_phase1.phase1_forward, CuPy arrays"
+    if not has("cupy"):
+        return (what, "cupy", "cupy is not installed")
+    import cupy
+    import torch
+
+    # The same device memory, without a copy (bfloat16 as CuPy's uint16 bits).
+    k_idx, q_idx, k_val, q_val, g = (
+        cupy.asarray(t.view(torch.int16)).view(cupy.uint16) if t.dtype == torch.bfloat16
+        else cupy.asarray(t) for t in tensors)
+
+    def call():
+        return p1.phase1_forward(k_idx, q_idx, k_val, q_val, g, **opts)
+
+    def sync():
+        cupy.cuda.get_current_stream().synchronize()
+
+    return (what, "cupy", host_us(call, sync, args.batches, args.batch))
+
+
+def jax_row(args, arrays, opts):
+    what = "sdm_phase1.phase1_forward, JAX arrays"
+    if not has("jax"):
+        return (what, "jax", "jax is not installed")
+    import jax
+    import jax.numpy as jnp
+
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    if not gpus:
+        return (what, "jax", "JAX sees no GPU")
+    k_idx, q_idx, k_val, q_val, g = (
+        jax.device_put(jnp.asarray(a.view(jnp.bfloat16)) if a.dtype == np.uint16 else jnp.asarray(a),
+                       gpus[0]) for a in arrays)
+    last = []
+
+    def call():
+        last[:] = [p1.phase1_forward(k_idx, q_idx, k_val, q_val, g, **opts)]
+
+    def sync():
+        if last:
+            jax.block_until_ready(last[0].a)
+
+    return (what, "jax", host_us(call, sync, args.batches, args.batch))
+
+
+# ---- CPU ------------------------------------------------------------------------------------
+
+
+def cpu_rows(args):
+    s = TINY
+    arrays = host_inputs(**s)
+    opts = options(s)
+
+    def none():
+        pass
+
+    def call_numpy():
+        return p1.phase1_forward(*arrays, **opts)
+
+    call_numpy()
+    plan = cached_plan("numpy")
+    block = np.empty(plan.block_bytes, np.uint8)
+    pointers = [a.ctypes.data for a in arrays] + [0]
     rows = [
-        ("GPU time per call (CUDA graph replay)", gpu),
-        ("host: sdm_p1_execute on the cached plan (C)", c_us),
-        ("host: sdm_phase1.phase1_forward (cached plan)", py_us),
-        ("host: Python overhead (row 3 - row 2)", py_us - c_us),
-        ("host: torch_ops.phase1_forward (custom op)", op_us),
+        ("sdm_p1_execute through cffi (cached plan, CPU backend)", "cffi",
+         host_us(raw_execute(plan, pointers, block.ctypes.data), none, args.batches, args.batch)),
+        ("sdm_phase1.phase1_forward, NumPy arrays", "numpy",
+         host_us(call_numpy, none, args.batches, args.batch)),
     ]
+    if has("torch"):
+        import torch
+        from sdm_phase1 import torch_ops
+
+        tensors = [torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16
+                   else torch.from_numpy(a) for a in arrays]
+        rows.append(("sdm_phase1.phase1_forward, PyTorch CPU tensors", "torch",
+                     host_us(lambda: p1.phase1_forward(*tensors, **opts), none, args.batches,
+                             args.batch)))
+        rows.append(("torch_ops.phase1_forward (the custom op), CPU tensors", "op",
+                     host_us(lambda: torch_ops.phase1_forward(*tensors, **opts), none,
+                             args.batches, args.batch)))
+    else:
+        rows.append(("sdm_phase1.phase1_forward, PyTorch CPU tensors", "torch", "torch is not installed"))
+    title = (f"CPU backend (no GPU timing): N={s['N']} C={s['C']} W={s['W']} R={s['R']} "
+             f"num_keys={s['num_keys']} bf16, per-token gates, det_fields {p1.DET_SHIPPED}; "
+             f"the first row is the library's execute, the others add the Python layers")
+    return title, rows, None
+
+
+# ---- main -----------------------------------------------------------------------------------
+
+
+def gpu_reason():
+    if not has("torch"):
+        return "torch is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    count = p1.cuda_device_count()
+    if count is None:
+        return f"{p1.library_path} was built without the CUDA backend"
+    if count == 0:
+        return "the library sees no CUDA device"
+    return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    ap.add_argument("--batches", type=int, default=30)
+    ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--replays", type=int, default=200)
+    ap.add_argument("--json", help="also write the table to this file")
+    args = ap.parse_args(argv)
+    reason = gpu_reason() if args.device != "cpu" else "--device cpu"
+    if reason and args.device == "cuda":
+        print(f"bench_overhead: no GPU run: {reason}")
+        return 1
+    if reason:
+        print(f"bench_overhead: the CPU backend ({reason})")
+        title, rows, gpu = cpu_rows(args)
+    else:
+        title, rows, gpu = gpu_rows(args)
+
+    print(f"libsdmp1 {p1.__version__} ({p1.library_path}); {title}")
     width = max(len(r[0]) for r in rows)
-    print(f"{'what':<{width}}  us/call")
-    for what, us in rows:
-        print(f"{what:<{width}}  {us:7.1f}")
+    print(f"{'path':<{width}}  host us/call  target   GPU us/call")
+    base = rows[0][2]
+    for what, tag, us in rows:
+        target = f"{TARGETS[tag]:6.0f}" if gpu is not None and tag in TARGETS else "     -"
+        if isinstance(us, str):
+            print(f"{what:<{width}}  {'-':>12}  {target}   ({us})")
+            continue
+        extra = f"   (+{us - base:.1f} over the first row)" if gpu is None and tag != "cffi" else ""
+        gpu_col = f"{gpu:11.1f}" if gpu is not None else "          -"
+        print(f"{what:<{width}}  {us:12.1f}  {target}   {gpu_col}{extra}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"title": title, "gpu_us": gpu, "version": p1.__version__,
+                       "rows": [{"path": w, "tag": t, "host_us": u if not isinstance(u, str) else None,
+                                 "note": u if isinstance(u, str) else None} for w, t, u in rows]},
+                      f, indent=2)
     return 0
 
 

@@ -9,9 +9,13 @@ next :func:`synchronize`. :class:`Plan` reuses one CPU plan over many calls.
 ``sdm_phase1.torch_ops`` registers the PyTorch operator ``torch.ops.sdm_phase1.phase1_forward``
 (for ``torch.compile``); only that module imports torch.
 
+The library computes Phase 1's forward only: inputs that require grad under autograd are
+refused (call under ``torch.no_grad()`` or on detached inputs).
+
 The library is loaded through cffi (ABI mode) from, in order: the file named by
-``SDMP1_LIBRARY``; the source tree's ``build/libsdmp1.so``; the system's ``libsdmp1.so.1``.
-``python -m sdm_phase1`` reports the library, its backends and the GPUs it sees.
+``SDMP1_LIBRARY``; the ``libsdmp1.so`` inside this package (the wheel's); the source tree's
+``build/libsdmp1.so``; the system's ``libsdmp1.so.1``. ``python -m sdm_phase1`` reports the
+library, its backends, the CUDA architectures it was built for and the GPUs it sees.
 """
 
 from ._bf16 import bf16_from_float32, bf16_to_float32
@@ -41,17 +45,24 @@ from ._constants import (
 )
 from ._errors import Phase1Error
 from ._forward import phase1_forward
-from ._gpu import clear_plan_cache, cuda_device_count, plan_cache_info, synchronize
+from ._gpu import (
+    clear_plan_cache,
+    cuda_architectures,
+    cuda_device_count,
+    plan_cache_info,
+    synchronize,
+)
 from ._library import ffi as _ffi
 from ._library import lib as _lib
 from ._library import library_path
 from ._plan import Plan
 from ._types import Phase1
 
-#: The loaded library's version string, e.g. "1.1.0".
+#: The loaded library's version string, e.g. "1.2.0".
 __version__ = _ffi.string(_lib.sdm_p1_version_string()).decode()
-#: The version of this Python package (its pyproject.toml).
-binding_version = "1.1.0"
+#: The version of this Python package: that of the header its declarations mirror (the wheel's
+#: metadata carries the same, Meson's project version; the tests check both).
+binding_version = f"{_lib.SDM_P1_VERSION_MAJOR}.{_lib.SDM_P1_VERSION_MINOR}.{_lib.SDM_P1_VERSION_PATCH}"
 
 
 def version_number() -> int:
@@ -61,7 +72,8 @@ def version_number() -> int:
 
 __all__ = [
     "phase1_forward", "Plan", "Phase1", "Phase1Error", "library_path", "version_number",
-    "synchronize", "plan_cache_info", "clear_plan_cache", "cuda_device_count", "binding_version",
+    "synchronize", "plan_cache_info", "clear_plan_cache", "cuda_device_count", "cuda_architectures",
+    "binding_version",
     "bf16_from_float32", "bf16_to_float32", "pos_pack",
     "DET_POS", "DET_SPAY_RANK", "DET_FLAGS", "DET_SPAY_K", "DET_SPAY_Q", "DET_KREC", "DET_KSPA",
     "DET_QREC", "DET_TILES", "DET_DC_GIDX", "DET_QREC8", "DET_SHIPPED", "DET_RECORDS",

@@ -1,4 +1,5 @@
-"""``python -m sdm_phase1``: the loaded library, its backends and the GPUs it sees."""
+"""``python -m sdm_phase1``: the loaded library, its backends, the CUDA architectures its
+kernels were built for and the GPUs it sees."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def main() -> int:
     print(f"backends: {backends}")
     if count is None:
         return 0
+    archs = p1.cuda_architectures()
+    print(f"CUDA architectures: {' '.join(archs) if archs else 'not reported (libsdmp1 older than 1.2)'}")
     if count == 0:
         print("GPUs: none seen (no NVIDIA driver or no device)")
         return 0

@@ -1,7 +1,8 @@
-"""CuPy arrays: the CUDA backend of the arrays' device, on CuPy's current stream; outputs are
-``cupy.empty`` arrays (CuPy's memory pool, current stream) and each plan's workspace comes
-from the same pool. bfloat16 values are uint16 arrays of bfloat16 bits (CuPy has no bfloat16
-dtype), and cpe, k_eff and q_w come back as such.
+"""CuPy arrays: the CUDA backend of the arrays' device, on CuPy's current stream; the outputs
+are views of one ``cupy.empty`` block (CuPy's memory pool, current stream), carved by the
+plan's layout, and each plan's workspace comes from the same pool. The checks that a plan's
+key implies run when the plan is created. bfloat16 values are uint16 arrays of bfloat16 bits
+(CuPy has no bfloat16 dtype), and cpe, k_eff and q_w come back as such.
 
 Imported only when a CuPy array is passed (this module imports cupy).
 """
@@ -12,8 +13,8 @@ import cupy
 
 from . import _gpu
 from ._checks import check_agreement, check_dtypes, check_rank
-from ._constants import DET_RECORDS, DET_SHIPPED
 from ._fields import EMPTY_DTYPES, REPEATS
+from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
 
 __all__ = ["forward"]
@@ -61,13 +62,9 @@ def _check_arrays(arrays: dict, device: int) -> None:
             )
 
 
-def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
-            valid_last, need_read_groups, beta, rec_tile, det_fields, check) -> Phase1:
-    """phase1_forward on CuPy arrays (see sdm_phase1.phase1_forward)."""
-    device = k_idx.device.id
-    arrays = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
-    if beta is not None:
-        arrays["beta"] = beta
+def _make_plan(key, device, arrays, repeats, num_parallel, stream_offset, num_keys, valid_last,
+               need_read_groups, rec_tile, det_fields):
+    """A call's plan on a cache miss: every check the key stands for, then the plan."""
     _check_arrays(arrays, device)
     if repeats is not None and not (
         isinstance(repeats, cupy.ndarray) and repeats.dtype == cupy.int64 and repeats.size == 1
@@ -76,25 +73,56 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         raise ValueError(f"repeats must be None or a one-element int64 cupy array on GPU {device}")
     index, value = check_dtypes({n: a.dtype.name for n, a in arrays.items()})
     N, C, W, R, gate_width = check_agreement({n: a.shape for n, a in arrays.items()})
-    if det_fields is None:
-        det_fields = DET_SHIPPED | (DET_RECORDS if beta is not None else 0)
-    options = (N, C, W, R, int(num_parallel), int(stream_offset), int(num_keys), int(valid_last),
-               index, value, gate_width, bool(need_read_groups), int(det_fields), max(0, int(rec_tile)))
+    o = call_options(C, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                     rec_tile, det_fields, "beta" in arrays)
+    options = (N, C, W, R, o.num_parallel, o.stream_offset, o.num_keys, o.valid_last, index, value,
+               gate_width, o.need_read_groups, o.det_fields, o.rec_tile)
+    plan = _gpu.get_plan_for(key, options, lambda: _CupyWorkspace(device))
+    if plan.extra is None:
+        plan.extra = [(shape, _DTYPES[dt], offset) for _, shape, dt, offset in plan.layout]
+    return plan
+
+
+def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
+            valid_last, need_read_groups, beta, rec_tile, det_fields, check) -> Phase1:
+    """phase1_forward on CuPy arrays (see sdm_phase1.phase1_forward)."""
+    device = k_idx.device.id
+    arrays = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
+    if beta is not None:
+        arrays["beta"] = beta
+    if not all(isinstance(a, cupy.ndarray) for a in arrays.values()):
+        _check_arrays(arrays, device)  # raises
+    (num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields,
+     check) = key_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                          rec_tile, det_fields, check, beta is not None)
 
     with cupy.cuda.Device(device):
         stream = cupy.cuda.get_current_stream()
-        plan = _gpu.get_plan("cupy", device, stream.ptr, options, lambda: _CupyWorkspace(device))
-        outs = [cupy.empty(shape, dtype=_DTYPES[dt]) for _, shape, dt in plan.fields]
-        plan.execute(k_idx.data.ptr, q_idx.data.ptr, k_val.data.ptr, q_val.data.ptr, g.data.ptr,
-                     0 if beta is None else beta.data.ptr, [o.data.ptr for o in outs])
+        rep = None if repeats is None else (type(repeats), getattr(repeats, "dtype", None),
+                                            getattr(repeats, "size", None))
+        key = ("cupy", device, stream.ptr) + tuple(
+            (a.shape, a.dtype, a.device.id, a.flags.c_contiguous) for a in arrays.values()) + (
+            "beta" in arrays, rep, num_parallel, stream_offset, num_keys, valid_last,
+            need_read_groups, rec_tile, det_fields)
+        plan = _gpu.cached_plan(key)
+        if plan is None:
+            plan = _make_plan(key, device, arrays, repeats, num_parallel, stream_offset, num_keys,
+                              valid_last, need_read_groups, rec_tile, det_fields)
+        if repeats is not None and repeats.device.id != device:
+            raise ValueError(f"repeats must be None or a one-element int64 cupy array on GPU {device}")
+        block = cupy.empty(plan.block_bytes, dtype=cupy.uint8)
+        plan.execute_block(k_idx.data.ptr, q_idx.data.ptr, k_val.data.ptr, q_val.data.ptr,
+                           g.data.ptr, 0 if beta is None else beta.data.ptr, block.data.ptr)
+        outs = [cupy.ndarray(shape, dtype, memptr=block.data + offset) for shape, dtype, offset in plan.extra]
         if check:
             stream.synchronize()
             plan.check_status()
         by_field = [None] * (REPEATS + 1)
-        for (f, _, _), o in zip(plan.fields, outs):
+        for (f, _, _, _), o in zip(plan.layout, outs):
             by_field[f] = o
         if repeats is not None:
             cupy.add(repeats, by_field[REPEATS].reshape(repeats.shape), out=repeats)
+        C, W = plan.options["C"], plan.options["W"]
         fields = []
         for f, name in enumerate(FIELDS):
             a = by_field[f]

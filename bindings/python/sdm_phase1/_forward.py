@@ -1,5 +1,6 @@
-"""`phase1_forward`: the spec's entry point. NumPy arrays run on the CPU backend over a one-shot
-Plan; PyTorch, CuPy and JAX GPU tensors run on the CUDA backend over cached plans."""
+"""`phase1_forward`: the spec's entry point. NumPy arrays run on the CPU backend, PyTorch, CuPy
+and JAX GPU tensors on the CUDA backend, each over cached plans (a plan per shapes and options,
+kept between calls, so that its worker threads or workspace are too)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import numpy as np
 
 from ._arrays import prepare_inputs
 from ._checks import check_agreement
-from ._constants import DET_RECORDS, DET_SHIPPED
-from ._plan import Plan, backend_code
-from ._types import Phase1
+from ._gpu import get_plan_for
+from ._library import lib
+from ._options import call_options, optional_int, require_bool
+from ._plan import Plan, backend_code, check_host_repeats, host_result
+from ._types import DTYPES, Phase1
 
 __all__ = ["phase1_forward", "framework_of"]
 
@@ -68,6 +71,18 @@ def phase1_forward(
     the inputs. Results come back in the inputs' framework, in buffers that framework
     allocated. PyTorch CPU tensors run on the CPU backend and come back as CPU tensors.
 
+    Plans are cached per shapes, dtypes, options, device and stream, so a repeated call creates
+    nothing (the CPU backend's worker threads and a GPU plan's workspace are kept with them);
+    a call's outputs are views of one allocation (NumPy, PyTorch, CuPy), so one output kept
+    keeps that whole allocation (``.copy()`` / ``.clone()`` one to keep it alone).
+
+    Forward only: with PyTorch, an input that requires grad while autograd records raises
+    RuntimeError; call under ``torch.no_grad()`` (or ``torch.inference_mode()``), or pass
+    detached inputs.
+
+    Options are checked as written here: int options take ints (Python or NumPy, not bools),
+    bool options bools (TypeError otherwise), each in its range (ValueError otherwise).
+
     Args:
         k_idx, q_idx: [N, C, W] / [N, C, R] int32 or int64 slot ids (same dtype). Chunk c
             belongs to stream c % num_parallel, whose ids lie in [s * stream_offset,
@@ -81,21 +96,21 @@ def phase1_forward(
             torch, CuPy), incremented in place (on the stream, for GPU tensors) by the number of
             K entries that repeat a slot already written by their token. JAX arrays are
             immutable: pass None.
-        num_parallel: the number of streams; divides N.
+        num_parallel: the number of streams, >= 1; divides N.
         stream_offset, num_keys: stream s owns the ids [s * stream_offset, s * stream_offset
-            + num_keys).
-        valid_last: valid tokens in the last chunk of each stream (1..C); the last
+            + num_keys); stream_offset >= 0, num_keys in 1..2**32.
+        valid_last: valid tokens in the last chunk of each stream, 1..C; the last
             num_parallel chunks are the streams' last chunks. Later tokens are padding: their
             ids, values and gates are never read.
         need_read_groups: compute q_last, q_only, spay_q, qrec, qrec8 and tiles_q.
         beta: [N, C] float32, needed by kspa.
-        rec_tile: tile length of tiles_k / tiles_q / segb_k; <= 0: 128.
-        det_fields: DET_* bits of the optional outputs. Default: DET_SHIPPED, plus
+        rec_tile: tile length of tiles_k / tiles_q / segb_k, up to 2**20; <= 0: 128.
+        det_fields: DET_* bits of the optional outputs (>= 0). Default: DET_SHIPPED, plus
             DET_KREC | DET_KSPA | DET_QREC | DET_TILES when beta is given.
         backend: None (follow the arrays), "cpu" (host arrays only) or "cuda" (GPU tensors;
             with NumPy arrays the library refuses the call).
-        num_threads: CPU worker threads; None: the hardware's count. Results do not depend
-            on it. Ignored on a GPU.
+        num_threads: CPU threads, >= 1, at most the hardware's count; None or 0: that count.
+            Results do not depend on it. Ignored on a GPU.
         check: GPU tensors only: wait for the stream, then raise the device-side data check's
             :class:`Phase1Error` (ids out of range, bad gates) at this call. Off by default so
             the call stays asynchronous; such errors then surface at the next
@@ -108,8 +123,9 @@ def phase1_forward(
 
     Raises:
         TypeError, ValueError: an input is not an array of the right kind, rank, dtype, device
-            or contiguity (GPU inputs are read in place: non-contiguous ones are refused), or
-            the shapes disagree.
+            or contiguity (GPU inputs are read in place: non-contiguous ones are refused), the
+            shapes disagree, or an option has another type or lies outside its range.
+        RuntimeError: (PyTorch) an input requires grad while autograd records.
         Phase1Error: the library refused the call (limits, options, ids out of range,
             non-finite or too large gates, kspa without beta, ...); ``.status`` names it.
     """
@@ -119,9 +135,54 @@ def phase1_forward(
         if backend is not None and backend_code(backend) != backend_code("cuda" if on_gpu else "cpu"):
             where = "a GPU tensor (backend 'cuda')" if on_gpu else "a CPU tensor (backend 'cpu')"
             raise ValueError(f"backend={backend!r}, but k_idx is {where}")
-        kw = dict(num_parallel=num_parallel, stream_offset=stream_offset, num_keys=num_keys,
-                  valid_last=valid_last, need_read_groups=need_read_groups, beta=beta,
-                  rec_tile=rec_tile, det_fields=det_fields, check=check)
+        return _framework_forward(framework, k_idx)(
+            k_idx, q_idx, k_val, q_val, g, repeats, num_parallel=num_parallel,
+            stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,
+            need_read_groups=need_read_groups, beta=beta, rec_tile=rec_tile, det_fields=det_fields,
+            check=check)
+
+    x = prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta)
+    shapes = {"k_idx": x.k_idx.shape, "q_idx": x.q_idx.shape, "k_val": x.k_val.shape,
+              "q_val": x.q_val.shape, "g": x.g.shape}
+    if x.beta is not None:
+        shapes["beta"] = x.beta.shape
+    N, C, W, R, gate_width = check_agreement(shapes)
+    o = call_options(C, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                     rec_tile, det_fields, beta is not None)
+    threads = optional_int("num_threads", num_threads, 0,
+                           "None or 0 (the hardware's thread count) or >= 1")
+    require_bool("check", check)
+    if backend is not None and backend_code(backend) != lib.SDM_P1_BACKEND_CPU:
+        # Host arrays on another backend: the library refuses them with its own message.
+        with Plan(N=N, C=C, W=W, R=R, num_parallel=o.num_parallel, stream_offset=o.stream_offset,
+                  num_keys=o.num_keys, valid_last=o.valid_last, index_dtype=x.k_idx.dtype,
+                  value_dtype=x.k_val.dtype, gate_width=gate_width,
+                  need_read_groups=o.need_read_groups, det_fields=o.det_fields,
+                  rec_tile=o.rec_tile, backend=backend, num_threads=threads) as plan:
+            return plan._run(x, repeats)
+    check_host_repeats(repeats)
+    options = (N, C, W, R, o.num_parallel, o.stream_offset, o.num_keys, o.valid_last,
+               x.index_dtype, x.value_dtype, gate_width, o.need_read_groups, o.det_fields,
+               o.rec_tile)
+    plan = get_plan_for(("numpy", -1, 0, threads) + options, options, lambda: None,
+                        backend=lib.SDM_P1_BACKEND_CPU, num_threads=threads)
+    block = np.empty(plan.block_bytes, np.uint8)
+    plan.execute_block(x.k_idx.ctypes.data, x.q_idx.ctypes.data, x.k_val.ctypes.data,
+                       x.q_val.ctypes.data, x.g.ctypes.data,
+                       0 if x.beta is None else x.beta.ctypes.data, block.ctypes.data)
+    arrays = [None] * lib.SDM_P1_FIELD_COUNT
+    for f, shape, dt, offset in plan.layout:
+        arrays[f] = np.ndarray(shape, DTYPES[dt], buffer=block, offset=offset)
+    return host_result(arrays, repeats, x.value_view, C, W)
+
+
+_FORWARDS: dict = {}
+
+
+def _framework_forward(framework: str, k_idx):
+    """The forward of a framework's module, imported at its first use."""
+    forward = _FORWARDS.get(framework)
+    if forward is None:
         if framework == "torch":
             from ._torch_impl import forward
         elif framework == "cupy":
@@ -134,32 +195,5 @@ def phase1_forward(
                 "sdm_phase1 takes PyTorch, CuPy and JAX tensors on a GPU: wrap others without a "
                 "copy first (torch.from_dlpack(x) or cupy.asarray(x))"
             )
-        return forward(k_idx, q_idx, k_val, q_val, g, repeats, **kw)
-
-    x = prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta)
-    shapes = {"k_idx": x.k_idx.shape, "q_idx": x.q_idx.shape, "k_val": x.k_val.shape,
-              "q_val": x.q_val.shape, "g": x.g.shape}
-    if x.beta is not None:
-        shapes["beta"] = x.beta.shape
-    N, C, W, R, gate_width = check_agreement(shapes)
-    if det_fields is None:
-        det_fields = DET_SHIPPED | (DET_RECORDS if beta is not None else 0)
-    with Plan(
-        N=N,
-        C=C,
-        W=W,
-        R=R,
-        num_parallel=num_parallel,
-        stream_offset=stream_offset,
-        num_keys=num_keys,
-        valid_last=valid_last,
-        index_dtype=x.k_idx.dtype,
-        value_dtype=x.k_val.dtype,
-        gate_width=gate_width,
-        need_read_groups=need_read_groups,
-        det_fields=det_fields,
-        rec_tile=rec_tile if rec_tile > 0 else 0,
-        backend=backend,
-        num_threads=num_threads,
-    ) as plan:
-        return plan._run(x, repeats)
+        _FORWARDS[framework] = forward
+    return forward

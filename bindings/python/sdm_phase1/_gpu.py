@@ -1,6 +1,8 @@
-"""The device path, common to every framework: CUDA plans cached per framework, device, stream,
-shapes, dtypes and options; the allocator hook that gives a plan's workspace from the
-framework's allocator; execute with raw pointers; the device-side data check.
+"""The cached-plan path, common to every framework: plans cached per framework, device,
+stream, shapes, dtypes and options (one key tuple); the allocator hook that gives a CUDA plan's
+workspace from the framework's allocator; execute with raw pointers, into one output block
+carved by the plan's layout or into a buffer per field; the device-side data check. Host
+arrays (NumPy, PyTorch CPU tensors) use it too, with CPU plans (no workspace hook).
 
 Why a plan per stream: a plan's workspace holds the kernels' scratch and the data check, so one
 plan must not run on two streams at once. Executes on one stream are ordered, so a plan per
@@ -13,14 +15,19 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, List, Optional, Sequence
 
+import numpy as np
+
 from ._errors import Phase1Error, check
 from ._library import ffi, lib
 from ._plan import create_plan, desc_values
 
 __all__ = [
-    "Workspace", "GpuPlan", "get_plan", "synchronize", "plan_cache_info", "clear_plan_cache",
-    "cuda_device_count",
+    "Workspace", "CachedPlan", "get_plan", "get_plan_for", "synchronize", "plan_cache_info",
+    "clear_plan_cache", "cuda_device_count", "cuda_architectures", "OUTPUT_ALIGN",
 ]
+
+#: Alignment of each output in a carved block (what the plan's own buffers get in C).
+OUTPUT_ALIGN = 256
 
 #: Plans kept at most (the least recently used unpinned plan goes first).
 CACHE_LIMIT = 64
@@ -82,41 +89,61 @@ def _free(ctx, ptr, nbytes, stream) -> None:
 
 _ALLOC_CB = ffi.callback("int(void*, void**, size_t, void*)", _alloc, error=1)
 _FREE_CB = ffi.callback("void(void*, void*, size_t, void*)", _free)
+_ITEMSIZE = {1: 1, 2: 4, 3: 8, 4: 4, 5: 2}  # sdm_p1_dtype -> bytes
 
 
-class GpuPlan:
-    """One CUDA plan (SDM_P1_OUTPUTS_CALLER) for one stream, its workspace from a framework.
+class CachedPlan:
+    """One plan (SDM_P1_OUTPUTS_CALLER) for one stream, its workspace from a framework (CUDA)
+    or the library's (``workspace`` None: CPU plans on host arrays).
 
     ``fields``: (field id, shape, sdm_p1_dtype) of each output the plan computes, in field
-    order, ending with repeats. ``extra``: a slot for the framework's per-plan data (e.g. its
-    dtype objects), filled by the framework module.
+    order, ending with repeats. ``layout``: (field id, shape, sdm_p1_dtype, byte offset) of
+    each in one block of ``block_bytes`` bytes (each output 256-byte aligned), for
+    :meth:`execute_block`. ``extra``: a slot for the framework's per-plan data (its dtype
+    objects, views), filled by the framework module. The cffi structs of a call are built once
+    here and updated in place by each execute.
     """
 
-    def __init__(self, key: tuple, values: dict, stream: int, workspace: Workspace):
+    def __init__(self, key: tuple, values: dict, stream: int, workspace: Optional[Workspace]):
         self.key = key
         self.workspace = workspace
         self.lock = threading.Lock()
         self.pending = False  # executed and not yet checked
         self.pinned = False  # used in a CUDA graph: never destroyed (the graph holds its workspace)
         self.extra: Any = None
-        self._ctx = ffi.new_handle(workspace)
-        allocator = ffi.new("sdm_p1_allocator*")
-        allocator.ctx = self._ctx
-        allocator.alloc = _ALLOC_CB
-        allocator.free = _FREE_CB
+        allocator = None
+        if workspace is not None:
+            self._ctx = ffi.new_handle(workspace)
+            allocator = ffi.new("sdm_p1_allocator*")
+            allocator.ctx = self._ctx
+            allocator.alloc = _ALLOC_CB
+            allocator.free = _FREE_CB
         try:
             self.handle, self.options, views = create_plan(values, allocator)
         except Phase1Error as e:
-            cause = workspace.error
+            cause = workspace.error if workspace is not None else None
             if cause is not None:
                 message = f"{e.message} (the allocator raised: {cause!r})"
                 raise Phase1Error(e.function, e.code, e.status, message) from cause
             raise
         self.fields = [(f, v[2], v[1]) for f, v in enumerate(views) if v is not None]
+        self.layout = []
+        offset = 0
+        for f, v in enumerate(views):
+            if v is not None:
+                self.layout.append((f, v[2], v[1], offset))
+                offset += -(-v[3] // OUTPUT_ALIGN) * OUTPUT_ALIGN
+        self.block_bytes = max(offset, OUTPUT_ALIGN)
         self._inputs = ffi.new("sdm_p1_inputs*")
         self._inputs.struct_size = ffi.sizeof("sdm_p1_inputs")
         self._in_words = ffi.cast("uintptr_t*", self._inputs)
-        self._outs = ffi.new("uintptr_t[]", _FIELD_COUNT)
+        # The output pointers: base + offset per field (unrequested fields, which the library
+        # ignores, at the base), computed by one NumPy add into memory cffi passes as is.
+        self._offsets = np.zeros(_FIELD_COUNT, np.uint64)
+        for f, _, _, off in self.layout:
+            self._offsets[f] = off
+        self._out_words = np.zeros(_FIELD_COUNT, np.uint64)
+        self._outs = ffi.cast("uintptr_t*", ffi.from_buffer(self._out_words))
         self._outs_arg = ffi.cast("void**", self._outs)
         self.set_stream(stream)
 
@@ -126,23 +153,38 @@ class GpuPlan:
 
     def execute(self, k_idx: int, q_idx: int, k_val: int, q_val: int, g: int, beta: int,
                 outputs: Sequence[int]) -> None:
-        """Enqueues the plan on its stream: input pointers, then one output pointer per entry of
-        ``fields``. Raises Phase1Error when the library refuses the call."""
+        """Enqueues the plan on its stream (CPU: runs it): input pointers, then one output
+        pointer per entry of ``fields``. Raises Phase1Error when the library refuses the call."""
         with self.lock:
-            w = self._in_words
-            w[1] = k_idx
-            w[2] = q_idx
-            w[3] = k_val
-            w[4] = q_val
-            w[5] = g
-            w[6] = beta
             o = self._outs
             for (f, _, _), p in zip(self.fields, outputs):
                 o[f] = p
-            rc = lib.sdm_p1_execute(self.handle, self._inputs, self._outs_arg, _FIELD_COUNT, self._stream)
-            if rc:
-                check("sdm_p1_execute", rc)
-            self.pending = True
+            self._run(k_idx, q_idx, k_val, q_val, g, beta)
+
+    def execute_block(self, k_idx: int, q_idx: int, k_val: int, q_val: int, g: int, beta: int,
+                      block: int) -> None:
+        """As :meth:`execute`, the outputs at ``block`` + their ``layout`` offsets (a block of
+        ``block_bytes`` bytes, 256-byte aligned)."""
+        with self.lock:
+            np.add(self._offsets, block, out=self._out_words)
+            self._run(k_idx, q_idx, k_val, q_val, g, beta)
+
+    def _run(self, k_idx, q_idx, k_val, q_val, g, beta) -> None:
+        # Called with the lock held, the output pointers in place.
+        if self.handle is None:
+            raise RuntimeError("sdm_phase1: this cached plan was evicted from the plan cache "
+                               "(more than CACHE_LIMIT plans in use at once); call again")
+        w = self._in_words
+        w[1] = k_idx
+        w[2] = q_idx
+        w[3] = k_val
+        w[4] = q_val
+        w[5] = g
+        w[6] = beta
+        rc = lib.sdm_p1_execute(self.handle, self._inputs, self._outs_arg, _FIELD_COUNT, self._stream)
+        if rc:
+            check("sdm_p1_execute", rc)
+        self.pending = self.workspace is not None  # a device-side data check to read
 
     def check_status(self) -> None:
         """The data check of the last execute; call after its stream has been synchronized.
@@ -154,7 +196,8 @@ class GpuPlan:
             check("sdm_p1_execute_status", lib.sdm_p1_execute_status(self.handle))
 
     def destroy(self) -> None:
-        handle, self.handle = self.handle, None
+        with self.lock:  # not while another thread executes it
+            handle, self.handle = self.handle, None
         if handle is not None:
             lib.sdm_p1_plan_destroy(handle)
 
@@ -162,7 +205,7 @@ class GpuPlan:
 class _Cache:
     def __init__(self):
         self.lock = threading.Lock()
-        self.plans: "OrderedDict[tuple, GpuPlan]" = OrderedDict()
+        self.plans: "OrderedDict[tuple, CachedPlan]" = OrderedDict()
         self.created = 0
         self.hits = 0
 
@@ -181,18 +224,25 @@ def _evict() -> None:
 
 
 def get_plan(framework: str, device: int, stream: int, options: tuple,
-             make_workspace: Callable[[], Workspace], capturing: bool = False,
-             backend: int = lib.SDM_P1_BACKEND_CUDA) -> GpuPlan:
+             make_workspace: Callable[[], Optional[Workspace]], capturing: bool = False,
+             backend: int = lib.SDM_P1_BACKEND_CUDA) -> CachedPlan:
     """The cached plan for (framework, device, stream, options), created on a miss.
 
     ``options``: (N, C, W, R, num_parallel, stream_offset, num_keys, valid_last, index dtype,
-    value dtype, gate_width, need_read_groups, det_fields, rec_tile). ``capturing``: the
-    stream is being captured into a CUDA graph: the plan is pinned, and on a miss a plan of
+    value dtype, gate_width, need_read_groups, det_fields, rec_tile), checked. ``capturing``:
+    the stream is being captured into a CUDA graph: the plan is pinned, and on a miss a plan of
     the same options made for another stream is moved to this one rather than created,
     because a plan is not created during capture (its allocations and kernel set-up).
-    ``backend``: CUDA; the tests drive this machinery with the CPU backend on host memory.
+    ``backend``: CUDA, or CPU for host arrays (``make_workspace`` then returns None, or a
+    host workspace in the tests that drive this machinery).
     """
-    key = (framework, device, stream) + options
+    return get_plan_for((framework, device, stream) + options, options, make_workspace,
+                        capturing, backend)
+
+
+def cached_plan(key: tuple, capturing: bool = False) -> Optional[CachedPlan]:
+    """The plan cached under ``key`` (framework, device, stream, ...), or None: a call's fast
+    path, whose key stands for arguments a plan was created (and its arguments checked) for."""
     with _cache.lock:
         plan = _cache.plans.get(key)
         if plan is not None:
@@ -200,7 +250,20 @@ def get_plan(framework: str, device: int, stream: int, options: tuple,
             _cache.hits += 1
             if capturing:
                 plan.pinned = True
-            return plan
+        return plan
+
+
+def get_plan_for(key: tuple, options: tuple, make_workspace: Callable[[], Optional[Workspace]],
+                 capturing: bool = False, backend: int = lib.SDM_P1_BACKEND_CUDA,
+                 num_threads: Optional[int] = None) -> CachedPlan:
+    """As :func:`get_plan` under a key of the caller's: (framework, device, stream, then
+    anything that determines ``options`` and ``num_threads``, CPU threads: None for the
+    hardware's count)."""
+    plan = cached_plan(key, capturing)
+    if plan is not None:
+        return plan
+    device, stream = key[1], key[2]
+    with _cache.lock:
         if capturing:
             plan = _take_other_stream(key)
             if plan is not None:
@@ -215,10 +278,10 @@ def get_plan(framework: str, device: int, stream: int, options: tuple,
         index_dtype=options[8], value_dtype=options[9], gate_width=options[10],
         need_read_groups=options[11], det_fields=options[12], rec_tile=options[13],
         backend=backend, device=device if backend == lib.SDM_P1_BACKEND_CUDA else None,
-        num_threads=None,
+        num_threads=num_threads,
     )
     try:
-        plan = GpuPlan(key, values, stream, make_workspace())
+        plan = CachedPlan(key, values, stream, make_workspace())
     except Phase1Error as e:
         if capturing:
             raise Phase1Error(
@@ -239,7 +302,7 @@ def get_plan(framework: str, device: int, stream: int, options: tuple,
     return plan
 
 
-def _take_other_stream(key: tuple) -> Optional[GpuPlan]:
+def _take_other_stream(key: tuple) -> Optional[CachedPlan]:
     # Called with the cache lock held: an unpinned plan of the same framework, device and
     # options on another stream, removed from the cache; the most recently used one (the
     # warm-up's, typically).
@@ -262,7 +325,7 @@ def synchronize() -> None:
         plans = [p for p in _cache.plans.values() if p.pending]
     first: Optional[Phase1Error] = None
     for plan in plans:
-        plan.workspace.sync()
+        plan.workspace.sync()  # pending plans are those with a workspace (CUDA)
         try:
             plan.check_status()
         except Phase1Error as e:
@@ -298,6 +361,21 @@ def cuda_device_count() -> Optional[int]:
     return int(count[0])
 
 
-def requested(plan: GpuPlan) -> List[int]:
+def cuda_architectures() -> Optional[List[str]]:
+    """The GPU architectures the loaded library's CUDA kernels were built for, e.g.
+    ``["sm_90"]`` or ``["sm_80", "sm_90", "sm_100", "compute_100"]`` (sm_XY: machine code for
+    compute capability X.Y to X.9; compute_XY: PTX for X.Y and later); None when the library
+    has no CUDA backend (or is older than 1.2)."""
+    if not hasattr(lib, "sdm_p1_cuda_architectures"):
+        return None
+    names = ffi.new("const char**")
+    rc = lib.sdm_p1_cuda_architectures(names)
+    if rc == lib.SDM_P1_ERROR_BACKEND_UNAVAILABLE:
+        return None
+    check("sdm_p1_cuda_architectures", rc)
+    return ffi.string(names[0]).decode().split()
+
+
+def requested(plan: CachedPlan) -> List[int]:
     """The field ids the plan computes."""
     return [f for f, _, _ in plan.fields]

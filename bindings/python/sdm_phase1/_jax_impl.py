@@ -23,9 +23,9 @@ import jax.numpy as jnp
 
 from . import _gpu
 from ._checks import check_agreement, check_dtypes, check_rank
-from ._constants import DET_RECORDS, DET_SHIPPED
 from ._dlpack import KDL_CUDA, read_capsule
 from ._fields import EMPTY_DTYPES, REPEATS
+from ._options import call_options, require_bool
 from ._types import FIELDS, Phase1
 
 __all__ = ["forward"]
@@ -160,10 +160,11 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
     info = {n: e[1] for n, e in exported.items()}
     index, value = check_dtypes({n: i.dtype for n, i in info.items()})
     N, C, W, R, gate_width = check_agreement({n: i.shape for n, i in info.items()})
-    if det_fields is None:
-        det_fields = DET_SHIPPED | (DET_RECORDS if beta is not None else 0)
-    options = (N, C, W, R, int(num_parallel), int(stream_offset), int(num_keys), int(valid_last),
-               index, value, gate_width, bool(need_read_groups), int(det_fields), max(0, int(rec_tile)))
+    o = call_options(C, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                     rec_tile, det_fields, beta is not None)
+    check = require_bool("check", check)
+    options = (N, C, W, R, o.num_parallel, o.stream_offset, o.num_keys, o.valid_last, index, value,
+               gate_width, o.need_read_groups, o.det_fields, o.rec_tile)
     plan = _gpu.get_plan("jax", device_id, stream, options, lambda: _JaxWorkspace(device, stream))
 
     outs = []

@@ -1,8 +1,8 @@
 """Finding and loading libsdmp1.so: the cffi declarations (ABI mode) and the dlopen.
 
-The declarations below mirror ``include/sdm/phase1.h`` (tests/test_binding.py checks them
-against the header). Macros whose value is an expression in the header are written here as
-their value.
+The declarations below mirror ``include/sdm/phase1.h`` and the version macros the build
+generates from Meson's project version (tests/test_binding.py checks both). Macros whose value
+is an expression in the header are written here as their value.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ ENV_VAR = "SDMP1_LIBRARY"
 #: preprocessor logic.
 CDEF = r"""
 #define SDM_P1_VERSION_MAJOR 1
-#define SDM_P1_VERSION_MINOR 1
+#define SDM_P1_VERSION_MINOR 2
 #define SDM_P1_VERSION_PATCH 0
-#define SDM_P1_VERSION_NUMBER 10100
+#define SDM_P1_VERSION_NUMBER 10200
 
 unsigned sdm_p1_version_number(void);
 const char* sdm_p1_version_string(void);
@@ -177,10 +177,18 @@ sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
 
 sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan);
 sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
+
+sdm_p1_status sdm_p1_cuda_architectures(const char** list);
 """
 
 #: The library major version this binding speaks.
 ABI_MAJOR = 1
+
+
+def _package_library():
+    """The libsdmp1.so inside this package (where the wheel puts it), else None."""
+    path = Path(__file__).resolve().parent / "libsdmp1.so"
+    return path if path.is_file() else None
 
 
 def _source_tree_library():
@@ -194,7 +202,11 @@ def _source_tree_library():
 
 def candidate_paths() -> list:
     """The library files or names tried, in order, after the SDMP1_LIBRARY override: the
-    source tree's build/libsdmp1.so, then the system's (find_library, libsdmp1.so.1)."""
+    package's own libsdmp1.so (an installed wheel), the source tree's build/libsdmp1.so, then
+    the system's (find_library, libsdmp1.so.1)."""
+    own = _package_library()
+    if own is not None:
+        return [str(own)]
     tree = _source_tree_library()
     found = ctypes.util.find_library("sdmp1")
     system = [found] if found else []
@@ -216,12 +228,15 @@ def _load(ffi: cffi.FFI):
             return ffi.dlopen(override), override
         except OSError as e:
             raise ImportError(f"sdm_phase1: cannot load {ENV_VAR}={override!r}: {e}") from e
-    tried = [f"1. {ENV_VAR}: not set"]
+    tried = [f"1. {ENV_VAR}: not set",
+             f"2. the package's own libsdmp1.so: none in {Path(__file__).parent} (a wheel has it)"]
     if _source_tree_library() is None:
-        tried.append(f"2. the source tree's build/libsdmp1.so: none ({Path(__file__).parent} is "
+        tried.append(f"3. the source tree's build/libsdmp1.so: none ({Path(__file__).parent} is "
                      "an installed package, not bindings/python/sdm_phase1 of a checkout)")
     for cand in candidate_paths():
-        step = "2. the source tree's build" if os.path.sep in cand else "3. the system's library path"
+        own = cand == str(_package_library())
+        step = ("2. the package's own" if own else "3. the source tree's build") if os.path.sep in cand \
+            else "4. the system's library path"
         if os.path.sep in cand and not os.path.isfile(cand):
             tried.append(f"{step}: {cand} (no such file)")
             continue
@@ -230,9 +245,10 @@ def _load(ffi: cffi.FFI):
         except OSError as e:
             tried.append(f"{step}: {cand} ({e})")
     raise ImportError(
-        "sdm_phase1: libsdmp1 not found. Build it (meson setup build && ninja -C build), "
-        f"install it (meson install -C build, then ldconfig), or set {ENV_VAR} to the path of "
-        "libsdmp1.so. Tried, in order:\n  " + "\n  ".join(tried)
+        "sdm_phase1: libsdmp1 not found. Install the wheel (pip install . from the repository "
+        "root, which builds it inside the package), build it (meson setup build && ninja -C "
+        f"build), install it (meson install -C build, then ldconfig), or set {ENV_VAR} to the "
+        "path of libsdmp1.so. Tried, in order:\n  " + "\n  ".join(tried)
     )
 
 

@@ -3,7 +3,6 @@ output arrays per call (the plan runs in SDM_P1_OUTPUTS_CALLER mode)."""
 
 from __future__ import annotations
 
-import operator
 import threading
 from typing import Optional
 
@@ -13,9 +12,10 @@ from ._arrays import HostInputs, index_dtype_code, prepare_inputs, value_dtype_c
 from ._constants import DET_SHIPPED
 from ._errors import check
 from ._library import ffi, lib
+from ._options import optional_int, require_bool, require_int
 from ._types import DTYPES, FIELDS, Phase1, not_requested
 
-__all__ = ["Plan", "backend_code", "desc_values", "create_plan"]
+__all__ = ["Plan", "backend_code", "desc_values", "create_plan", "check_host_repeats", "host_result"]
 
 _BACKENDS = {
     None: lib.SDM_P1_BACKEND_CPU,
@@ -37,13 +37,6 @@ def backend_code(backend: Optional[str]) -> int:
         raise ValueError(f"backend must be None, 'cpu' or 'cuda', got {backend!r}") from None
 
 
-def _int(name: str, value) -> int:
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {value!r}") from None
-
-
 def _shape_error(name: str, got, want_desc: str, want) -> ValueError:
     return ValueError(f"{name} has shape {tuple(got)}, but the plan needs {want_desc} = {tuple(want)}")
 
@@ -52,25 +45,33 @@ def desc_values(*, N, C, W, R, num_parallel, stream_offset, num_keys, valid_last
                 value_dtype, gate_width, need_read_groups, det_fields, rec_tile, backend, device,
                 num_threads) -> dict:
     """The sdm_p1_desc fields (output_mode CALLER) from Python values; dtypes and backend
-    given as their C codes. Raises TypeError for a non-integer."""
+    given as their C codes. Raises TypeError for an option of the wrong type (a bool for an
+    int, an int for a bool), ValueError outside the documented range; the library checks its
+    limits (C <= 256, ...)."""
+    # Shapes: their type here, their limits in the library (its messages name them).
+    C = require_int("C", C)
     return {
-        "N": _int("N", N),
-        "C": _int("C", C),
-        "W": _int("W", W),
-        "R": _int("R", R),
-        "num_parallel": _int("num_parallel", num_parallel),
-        "stream_offset": _int("stream_offset", stream_offset),
-        "num_keys": _int("num_keys", num_keys),
-        "valid_last": lib.SDM_P1_UNSET if valid_last is None else _int("valid_last", valid_last),
+        "N": require_int("N", N),
+        "C": C,
+        "W": require_int("W", W),
+        "R": require_int("R", R),
+        "num_parallel": require_int("num_parallel", num_parallel, 1),
+        "stream_offset": require_int("stream_offset", stream_offset, 0),
+        "num_keys": require_int("num_keys", num_keys, 1, 1 << 32, "in 1..2**32"),
+        "valid_last": lib.SDM_P1_UNSET if valid_last is None else require_int(
+            "valid_last", valid_last, 1, C, f"None or in 1..C = 1..{C}"),
         "index_dtype": index_dtype,
         "value_dtype": value_dtype,
-        "gate_width": _int("gate_width", gate_width),
-        "need_read_groups": 1 if need_read_groups else 0,
-        "det_fields": DET_SHIPPED if det_fields is None else _int("det_fields", det_fields),
-        "rec_tile": max(0, _int("rec_tile", rec_tile)),
+        "gate_width": require_int("gate_width", gate_width),
+        "need_read_groups": 1 if require_bool("need_read_groups", need_read_groups) else 0,
+        "det_fields": DET_SHIPPED if det_fields is None else require_int(
+            "det_fields", det_fields, 0, None, "None or a combination of the DET_* bits (>= 0)"),
+        "rec_tile": max(0, require_int("rec_tile", rec_tile)),
         "backend": backend,
-        "device": lib.SDM_P1_UNSET if device is None else _int("device", device),
-        "num_threads": 0 if num_threads is None else _int("num_threads", num_threads),
+        "device": lib.SDM_P1_UNSET if device is None else optional_int(
+            "device", device, 0, "None or a device ordinal (>= 0)"),
+        "num_threads": 0 if num_threads is None else require_int(
+            "num_threads", num_threads, 0, None, "None or 0 (the hardware's thread count) or >= 1"),
         "output_mode": lib.SDM_P1_OUTPUTS_CALLER,
     }
 
@@ -122,6 +123,43 @@ def create_plan(values: dict, allocator=None):
     return plan, options, views
 
 
+def check_host_repeats(repeats) -> None:
+    """ValueError unless ``repeats`` is None or a writeable one-element NumPy int64 array."""
+    if repeats is None:
+        return
+    if not isinstance(repeats, np.ndarray) or repeats.dtype != np.int64 or repeats.size != 1:
+        got = type(repeats).__name__
+        if isinstance(repeats, np.ndarray):
+            got += f" of dtype {repeats.dtype} and shape {repeats.shape}"
+        raise ValueError(
+            "repeats must be None or a NumPy int64 array of shape [1] (updated in place), "
+            f"got {got}"
+        )
+    if not repeats.flags.writeable:
+        raise ValueError("repeats must be writeable (it is incremented in place)")
+
+
+def host_result(arrays: list, repeats, value_view, C: int, W: int) -> Phase1:
+    """The Phase1 of host output arrays by field id (None where not computed): the count added
+    into ``repeats``, value-dtype fields shown in the caller's dtype, fields not computed as
+    the spec returns them."""
+    rep = arrays[lib.SDM_P1_FIELD_REPEATS]
+    if repeats is not None and rep is not None:
+        repeats.reshape(-1)[0] += rep[0]  # a view: repeats.size == 1
+    result = []
+    for f, name in enumerate(FIELDS):
+        arr = arrays[f]
+        if arr is None:
+            result.append(not_requested(name, C, W))
+        elif f in (lib.SDM_P1_FIELD_CPE, lib.SDM_P1_FIELD_K_EFF, lib.SDM_P1_FIELD_Q_W) and (
+            arr.dtype != value_view
+        ):
+            result.append(arr.view(value_view))  # bfloat16 shown as the caller's dtype
+        else:
+            result.append(arr)
+    return Phase1(*result)
+
+
 class Plan:
     """A libsdmp1 plan: fixed shapes and options, executed any number of times.
 
@@ -143,7 +181,7 @@ class Plan:
         backend: None or "cpu". A Plan runs host (NumPy) arrays; GPU tensors go through
             :func:`phase1_forward`, which keeps its own cached CUDA plans ("cuda" here is
             passed to the library, which refuses host memory).
-        num_threads: CPU worker threads; None or 0: the hardware's count.
+        num_threads: CPU threads (>= 1; None or 0: the hardware's count; at most that count).
         device: CUDA device ordinal; None: the current device.
 
     Raises:
@@ -240,17 +278,7 @@ class Plan:
             raise ValueError(f"k_val has dtype {x.value_view}, the plan another value dtype")
 
     def _run(self, x: HostInputs, repeats) -> Phase1:
-        if repeats is not None:
-            if not isinstance(repeats, np.ndarray) or repeats.dtype != np.int64 or repeats.size != 1:
-                got = type(repeats).__name__
-                if isinstance(repeats, np.ndarray):
-                    got += f" of dtype {repeats.dtype} and shape {repeats.shape}"
-                raise ValueError(
-                    "repeats must be None or a NumPy int64 array of shape [1] (updated in place), "
-                    f"got {got}"
-                )
-            if not repeats.flags.writeable:
-                raise ValueError("repeats must be writeable (it is incremented in place)")
+        check_host_repeats(repeats)
         self._check_shapes(x)
 
         count = lib.SDM_P1_FIELD_COUNT
@@ -270,24 +298,7 @@ class Plan:
         with self._lock:
             check("sdm_p1_execute", lib.sdm_p1_execute(self._handle(), inputs, outs, count, ffi.NULL))
         del keep
-
-        rep = arrays[lib.SDM_P1_FIELD_REPEATS]
-        if repeats is not None and rep is not None:
-            repeats.reshape(-1)[0] += rep[0]  # a view: repeats.size == 1
-
-        C, W = self._desc["C"], self._desc["W"]
-        result = []
-        for f, name in enumerate(FIELDS):
-            arr = arrays[f]
-            if arr is None:
-                result.append(not_requested(name, C, W))
-            elif f in (lib.SDM_P1_FIELD_CPE, lib.SDM_P1_FIELD_K_EFF, lib.SDM_P1_FIELD_Q_W) and (
-                arr.dtype != x.value_view
-            ):
-                result.append(arr.view(x.value_view))  # bfloat16 shown as the caller's dtype
-            else:
-                result.append(arr)
-        return Phase1(*result)
+        return host_result(arrays, repeats, x.value_view, self._desc["C"], self._desc["W"])
 
     # ------------------------------------------------------------------------------------
     def close(self) -> None:

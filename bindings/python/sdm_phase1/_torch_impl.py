@@ -1,38 +1,58 @@
 """PyTorch tensors: CUDA tensors run on the CUDA backend of their device, on PyTorch's current
-stream; outputs are ``torch.empty`` tensors (the caching allocator, current stream) written in
-place, and each plan's workspace comes from the same allocator. Nothing here synchronizes,
-allocates elsewhere or reads device memory, so a call can be captured in a CUDA graph.
-CPU tensors run on the CPU backend through NumPy views (no copy).
+stream; CPU tensors on the CPU backend. Both go through cached plans: the key of a call is one
+tuple of what decides its plan (stream, shapes, dtypes, devices, options), every check that the
+key implies (ranks, dtypes, shapes that agree, one device, option types and ranges) runs once,
+when the plan is created, and a call then only reads its tensors' pointers, checks contiguity
+and autograd, and carves its outputs from one ``torch.empty`` block (the caching allocator,
+current stream; the operator, whose returns may not share storage, takes one per output). The
+plan's workspace comes from the same allocator. Nothing here
+synchronizes or reads device memory, so a call can be captured in a CUDA graph.
+
+Phase 1's forward only: an input that requires grad while autograd records is refused.
 
 Imported only when a torch tensor is passed (this module imports torch).
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List
 
-import numpy as np
 import torch
 
 from . import _gpu
 from ._checks import check_agreement, check_dtypes, check_rank
-from ._constants import DET_RECORDS, DET_SHIPPED
-from ._fields import EMPTY_DTYPES, REPEATS, output_layout
+from ._fields import EMPTY_DTYPES, REPEATS
+from ._library import lib
+from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
 
-__all__ = ["run", "forward", "assemble", "check_repeats", "resolve_det_fields", "TORCH_DTYPES"]
+__all__ = ["run", "forward", "FORWARD_ONLY", "refuse_grad", "check_repeats", "TORCH_DTYPES",
+           "phase1_from_outputs"]
 
 #: sdm_p1_dtype code -> torch dtype.
 TORCH_DTYPES = {1: torch.int8, 2: torch.int32, 3: torch.int64, 4: torch.float32, 5: torch.bfloat16}
 _NAMES = {torch.int32: "int32", torch.int64: "int64", torch.float32: "float32",
           torch.bfloat16: "bfloat16"}
-_INPUTS = ("k_idx", "q_idx", "k_val", "q_val", "g", "beta")
+_CPU = lib.SDM_P1_BACKEND_CPU
+
+#: The error for inputs that require grad while autograd records ({name}: the input).
+FORWARD_ONLY = (
+    "sdm_phase1 computes Phase 1's forward only (it has no backward): {name} requires grad "
+    "while autograd is recording. Call it under torch.no_grad() or torch.inference_mode(), or "
+    "pass detached inputs ({name}.detach())"
+)
 
 try:  # the raw cudaStream_t of the current stream, without a Stream object (fast)
     _current_stream = torch._C._cuda_getCurrentRawStream
-except AttributeError:  # pragma: no cover - older or unusual builds
+except AttributeError:  # pragma: no cover - a torch without CUDA
     def _current_stream(index: int) -> int:
         return torch.cuda.current_stream(index).cuda_stream
+
+try:
+    _capturing = torch._C._cuda_isCurrentStreamCapturing
+except AttributeError:  # pragma: no cover - a torch without CUDA
+    def _capturing() -> bool:
+        return False
 
 
 class _TorchWorkspace(_gpu.Workspace):
@@ -50,6 +70,15 @@ class _TorchWorkspace(_gpu.Workspace):
 
     def sync(self) -> None:
         torch.cuda.synchronize(self.device)
+
+
+def refuse_grad(k_val, q_val, g, beta) -> None:
+    """RuntimeError (FORWARD_ONLY) when autograd records and a value input requires grad (the
+    index inputs are integer tensors, which cannot)."""
+    if torch.is_grad_enabled():
+        for name, t in (("k_val", k_val), ("q_val", q_val), ("g", g), ("beta", beta)):
+            if getattr(t, "requires_grad", False):
+                raise RuntimeError(FORWARD_ONLY.format(name=name))
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -74,157 +103,6 @@ def _check_tensors(tensors: dict, device: torch.device) -> None:
             )
 
 
-def _options(shapes, dtypes, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
-             rec_tile, det_fields):
-    index, value = check_dtypes(dtypes)
-    N, C, W, R, gate_width = check_agreement(shapes)
-    return (N, C, W, R, int(num_parallel), int(stream_offset), int(num_keys), int(valid_last), index,
-            value, gate_width, bool(need_read_groups), int(det_fields), max(0, int(rec_tile)))
-
-
-class _PlanData:
-    """Per plan, built at its first use: what a call allocates and how it fills Phase1."""
-
-    def __init__(self, plan: _gpu.GpuPlan, device: torch.device):
-        self.specs = [(shape, TORCH_DTYPES[dt]) for _, shape, dt in plan.fields]
-        self.fields = [f for f, _, _ in plan.fields]
-        C, W = plan.options["C"], plan.options["W"]
-        position = {f: i for i, f in enumerate(self.fields)}
-        # Phase1 field -> (index into the call's outputs, or -1 and the constant value).
-        self.template = []
-        for f, name in enumerate(FIELDS):
-            if f in position:
-                self.template.append((position[f], None))
-            elif f in EMPTY_DTYPES:
-                shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
-                self.template.append((-1, _empty(shape, TORCH_DTYPES[EMPTY_DTYPES[f]], device)))
-            else:
-                self.template.append((-1, None))
-        self.repeats = position[REPEATS]
-
-
-def _prepare(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
-             valid_last, need_read_groups, rec_tile, det_fields):
-    """Checks the tensors; returns (tensors by name, options tuple)."""
-    if not isinstance(k_idx, torch.Tensor):
-        raise TypeError(f"k_idx must be a torch.Tensor, got {type(k_idx).__name__}")
-    tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
-    if beta is not None:
-        tensors["beta"] = beta
-    _check_tensors(tensors, k_idx.device)
-    options = _options({n: tuple(t.shape) for n, t in tensors.items()},
-                       {n: _dtype_name(t) for n, t in tensors.items()}, num_parallel,
-                       stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
-    return tensors, options
-
-
-def _launch(k_idx, q_idx, k_val, q_val, g, beta, options, check):
-    """Enqueues the call on the current stream of k_idx's GPU; returns (plan data, outputs)."""
-    device = k_idx.device
-    index = device.index
-    stream = _current_stream(index)
-    capturing = torch.cuda.is_current_stream_capturing()
-    if check and capturing:
-        raise ValueError("check=True waits for the stream, which a CUDA graph capture forbids; "
-                         "call sdm_phase1.synchronize() after a replay instead")
-    plan = _gpu.get_plan("torch", index, stream, options, lambda: _TorchWorkspace(index),
-                         capturing)
-    data = plan.extra
-    if data is None:
-        data = plan.extra = _PlanData(plan, device)
-    outs = [torch.empty(shape, dtype=dt, device=device) for shape, dt in data.specs]
-    plan.execute(k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(),
-                 g.data_ptr(), 0 if beta is None else beta.data_ptr(), [o.data_ptr() for o in outs])
-    if check:
-        torch.cuda.current_stream(index).synchronize()
-        plan.check_status()
-    return data, outs
-
-
-def run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel: int, stream_offset: int,
-        num_keys: int, valid_last: int, need_read_groups: bool, rec_tile: int, det_fields: int,
-        check: bool) -> List[Optional[torch.Tensor]]:
-    """The outputs by field id (29 entries, repeats last; None where not computed).
-
-    ``det_fields`` resolved (not None). ``check``: wait for the stream and raise the data
-    check's Phase1Error (not allowed during graph capture)."""
-    tensors, options = _prepare(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset,
-                                num_keys, valid_last, need_read_groups, rec_tile, det_fields)
-    if k_idx.device.type != "cuda":
-        return _run_host(tensors, options)
-    data, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, options, check)
-    result: List[Optional[torch.Tensor]] = [None] * (REPEATS + 1)
-    for f, o in zip(data.fields, outs):
-        result[f] = o
-    return result
-
-
-def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16)
-    return t.numpy()
-
-
-def _from_numpy(a: np.ndarray) -> torch.Tensor:
-    if a.dtype == np.uint16:  # bfloat16 bits
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
-def _run_host(tensors: dict, options: tuple) -> List[Optional[torch.Tensor]]:
-    """CPU tensors: the CPU backend on NumPy views of them; outputs wrap the NumPy results."""
-    from ._arrays import prepare_inputs
-    from ._plan import Plan
-
-    x = prepare_inputs(*(_to_numpy(tensors[n]) for n in ("k_idx", "q_idx", "k_val", "q_val", "g")),
-                       _to_numpy(tensors["beta"]) if "beta" in tensors else None)
-    N, C, W, R, P, offset, keys, valid_last, index, value, gw, rg, det, tile = options
-    repeats = np.zeros(1, np.int64)
-    with Plan(N=N, C=C, W=W, R=R, num_parallel=P, stream_offset=offset, num_keys=keys,
-              valid_last=valid_last, index_dtype=x.k_idx.dtype, value_dtype=x.k_val.dtype,
-              gate_width=gw, need_read_groups=rg, det_fields=det, rec_tile=tile) as plan:
-        out = plan._run(x, repeats)
-    result: List[Optional[torch.Tensor]] = [None] * (REPEATS + 1)
-    for f, _, _ in output_layout(N, C, W, R, det, rg, tile):
-        result[f] = _from_numpy(repeats if f == REPEATS else out[f])
-    return result
-
-
-def resolve_det_fields(det_fields: Optional[int], beta) -> int:
-    """The spec's default: DET_SHIPPED, plus the records when beta is given."""
-    if det_fields is None:
-        return DET_SHIPPED | (DET_RECORDS if beta is not None else 0)
-    return int(det_fields)
-
-
-def assemble(outs: List[Optional[torch.Tensor]], device, C: int, W: int, reuse: bool = True) -> Phase1:
-    """A Phase1 from outputs by field id: fields not computed are None, or empty tensors for
-    is_last / is_only ([0, C, W] int8) and the record fields (as the spec returns them).
-    ``reuse``: share those empty tensors between calls (eager only; not while tracing)."""
-    fields = []
-    for f, name in enumerate(FIELDS):
-        t = outs[f]
-        if t is None and f in EMPTY_DTYPES:
-            dt = TORCH_DTYPES[EMPTY_DTYPES[f]]
-            shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
-            t = _empty(shape, dt, device) if reuse else torch.empty(shape, dtype=dt, device=device)
-        fields.append(t)
-    return Phase1(*fields)
-
-
-_EMPTIES: dict = {}
-
-
-def _empty(shape, dtype, device) -> torch.Tensor:
-    # Zero-element tensors hold no data, so one per (shape, dtype, device) serves every call.
-    key = (shape, dtype, device)
-    t = _EMPTIES.get(key)
-    if t is None:
-        t = _EMPTIES[key] = torch.empty(shape, dtype=dtype, device=device)
-    return t
-
-
 def check_repeats(repeats, device) -> None:
     if repeats is None:
         return
@@ -239,20 +117,187 @@ def check_repeats(repeats, device) -> None:
         )
 
 
+class _PlanData:
+    """Per plan, built at its first use: how a call carves its outputs from one block and how
+    it fills Phase1."""
+
+    def __init__(self, plan: _gpu.CachedPlan, device: torch.device):
+        self.device = device
+        self.block_bytes = plan.block_bytes
+        self.dtypes = sorted({TORCH_DTYPES[dt] for _, _, dt, _ in plan.layout}, key=str)
+        self.views = []  # (index into dtypes, shape, strides, offset in elements)
+        for _, shape, dt, offset in plan.layout:
+            dtype = TORCH_DTYPES[dt]
+            strides, step = [], 1
+            for n in reversed(shape):
+                strides.insert(0, step)
+                step *= n
+            size = torch.empty((), dtype=dtype).element_size()
+            self.views.append((self.dtypes.index(dtype), shape, tuple(strides), offset // size))
+        self.specs = [(shape, TORCH_DTYPES[dt]) for _, shape, dt, _ in plan.layout]
+        self.fields = [f for f, _, _, _ in plan.layout]
+        self.repeats = self.fields.index(REPEATS)
+        self.template, self.slots = _template(tuple(self.fields), plan.options["C"],
+                                              plan.options["W"], device)
+
+    def carve(self, block: torch.Tensor) -> List[torch.Tensor]:
+        """The outputs, views of ``block`` (one per computed field, in field order)."""
+        flats = [block.view(d) for d in self.dtypes]
+        return [flats[i].as_strided(shape, strides, offset) for i, shape, strides, offset in self.views]
+
+
+def _template(fields: tuple, C: int, W: int, device, reuse: bool = True):
+    """(Phase1 values with the outputs' places empty, [(place, index into the outputs)]): the
+    fields not computed are None, or zero-element tensors for is_last / is_only and the record
+    fields, as the spec returns them. ``reuse``: share those between calls (not while tracing)."""
+    position = {f: i for i, f in enumerate(fields)}
+    template, slots = [], []
+    for f, name in enumerate(FIELDS):
+        if f in position:
+            template.append(None)
+            slots.append((f, position[f]))
+        elif f in EMPTY_DTYPES:
+            shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
+            dtype = TORCH_DTYPES[EMPTY_DTYPES[f]]
+            template.append(_empty(shape, dtype, device) if reuse
+                            else torch.empty(shape, dtype=dtype, device=device))
+        else:
+            template.append(None)
+    return template, slots
+
+
+def _assemble(template, slots, outs) -> Phase1:
+    values = list(template)
+    for place, i in slots:
+        values[place] = outs[i]
+    return Phase1._make(values)
+
+
+_EMPTIES: dict = {}
+
+
+def _empty(shape, dtype, device) -> torch.Tensor:
+    # Zero-element tensors hold no data, so one per (shape, dtype, device) serves every call.
+    key = (shape, dtype, device)
+    t = _EMPTIES.get(key)
+    if t is None:
+        t = _EMPTIES[key] = torch.empty(shape, dtype=dtype, device=device)
+    return t
+
+
+def _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset,
+               num_keys, valid_last, need_read_groups, rec_tile, det_fields, capturing):
+    """A call's plan on a cache miss: every check the key stands for, then the plan."""
+    if not isinstance(k_idx, torch.Tensor):
+        raise TypeError(f"k_idx must be a torch.Tensor, got {type(k_idx).__name__}")
+    device = k_idx.device
+    tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
+    if beta is not None:
+        tensors["beta"] = beta
+    _check_tensors(tensors, device)
+    check_repeats(repeats, device)
+    index, value = check_dtypes({n: _dtype_name(t) for n, t in tensors.items()})
+    N, C, W, R, gate_width = check_agreement({n: tuple(t.shape) for n, t in tensors.items()})
+    o = call_options(C, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                     rec_tile, det_fields, beta is not None)
+    options = (N, C, W, R, o.num_parallel, o.stream_offset, o.num_keys, o.valid_last, index, value,
+               gate_width, o.need_read_groups, o.det_fields, o.rec_tile)
+    if device.type == "cuda":
+        index_ = device.index
+        plan = _gpu.get_plan_for(key, options, lambda: _TorchWorkspace(index_), capturing)
+    else:
+        plan = _gpu.get_plan_for(key, options, lambda: None, backend=_CPU)
+    if plan.extra is None:
+        plan.extra = _PlanData(plan, device)
+    return plan
+
+
+def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
+            valid_last, need_read_groups, rec_tile, det_fields, check, separate=False):
+    """Runs the call (enqueues it on the current stream of k_idx's GPU); returns (plan data,
+    outputs in field order). Raises as phase1_forward documents. ``separate``: a tensor of its
+    own per output (an operator's returns must not share storage), else views of one block."""
+    T = torch.Tensor
+    if not (isinstance(k_idx, T) and isinstance(q_idx, T) and isinstance(k_val, T)
+            and isinstance(q_val, T) and isinstance(g, T) and (beta is None or isinstance(beta, T))):
+        _make_plan(None, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset,
+                   num_keys, valid_last, need_read_groups, rec_tile, det_fields, False)  # raises
+    (num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields,
+     check) = key_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                          rec_tile, det_fields, check, beta is not None)
+    device = k_idx.get_device()  # -1: the CPU
+    stream = _current_stream(device) if device >= 0 else 0
+    capturing = device >= 0 and _capturing()
+    if check and capturing:
+        raise ValueError("check=True waits for the stream, which a CUDA graph capture forbids; "
+                         "call sdm_phase1.synchronize() after a replay instead")
+    rep = None if repeats is None else (
+        (repeats.dtype, repeats.shape, repeats.get_device()) if isinstance(repeats, T) else type(repeats))
+    key = ("torch", device, stream, k_idx.shape, q_idx.shape, k_val.shape, q_val.shape, g.shape,
+           None if beta is None else beta.shape, k_idx.dtype, q_idx.dtype, k_val.dtype, q_val.dtype,
+           g.dtype, None if beta is None else beta.dtype, q_idx.get_device(), k_val.get_device(),
+           q_val.get_device(), g.get_device(), None if beta is None else beta.get_device(), rep,
+           num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
+    plan = _gpu.cached_plan(key, capturing)
+    if plan is None:
+        plan = _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel,
+                          stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
+                          det_fields, capturing)
+    if not (k_idx.is_contiguous() and q_idx.is_contiguous() and k_val.is_contiguous()
+            and q_val.is_contiguous() and g.is_contiguous() and (beta is None or beta.is_contiguous())):
+        tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
+        _check_tensors(dict(tensors, **({} if beta is None else {"beta": beta})), k_idx.device)
+    refuse_grad(k_val, q_val, g, beta)
+    data = plan.extra
+    inputs = (k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
+              0 if beta is None else beta.data_ptr())
+    if separate:
+        dev = data.device
+        outs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in data.specs]
+        plan.execute(*inputs, [o.data_ptr() for o in outs])
+    else:
+        block = torch.empty(data.block_bytes, dtype=torch.uint8, device=data.device)
+        plan.execute_block(*inputs, block.data_ptr())
+        outs = data.carve(block)
+    if check and device >= 0:
+        torch.cuda.current_stream(device).synchronize()
+        plan.check_status()
+    return data, outs
+
+
+def run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel: int, stream_offset: int,
+        num_keys: int, valid_last: int, need_read_groups: bool, rec_tile: int, det_fields: int,
+        check: bool) -> List[torch.Tensor]:
+    """The computed outputs in field order (repeats' count last), each in a tensor of its own:
+    the operator's result."""
+    _, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, None, num_parallel, stream_offset,
+                      num_keys, valid_last, need_read_groups, rec_tile, det_fields, check,
+                      separate=True)
+    return outs
+
+
+def phase1_from_outputs(outs: List[torch.Tensor], fields: tuple, C: int, W: int, device,
+                        reuse: bool = True) -> Phase1:
+    """A Phase1 from the computed outputs of ``fields`` (field ids, in order). ``reuse``:
+    eager calls, whose templates are kept (and share their zero-element tensors)."""
+    if not reuse:
+        return _assemble(*_template(fields, C, W, device, reuse=False), outs)
+    key = (fields, C, W, device)
+    made = _TEMPLATES.get(key)
+    if made is None:
+        made = _TEMPLATES[key] = _template(fields, C, W, device)
+    return _assemble(made[0], made[1], outs)
+
+
+_TEMPLATES: dict = {}
+
+
 def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
             valid_last, need_read_groups, beta, rec_tile, det_fields, check) -> Phase1:
     """phase1_forward on torch tensors (see sdm_phase1.phase1_forward)."""
-    if isinstance(k_idx, torch.Tensor):
-        check_repeats(repeats, k_idx.device)
-    det = resolve_det_fields(det_fields, beta)
-    tensors, options = _prepare(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset,
-                                num_keys, valid_last, need_read_groups, rec_tile, det)
-    if k_idx.device.type != "cuda":
-        outs = _run_host(tensors, options)
-        if repeats is not None:
-            repeats.view(-1).add_(outs[REPEATS].view(-1))
-        return assemble(outs, k_idx.device, k_idx.shape[1], k_idx.shape[2])
-    data, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, options, check)
+    data, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel,
+                         stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
+                         det_fields, check)
     if repeats is not None:
-        repeats.view(-1).add_(outs[data.repeats].view(-1))
-    return Phase1._make([c if i < 0 else outs[i] for i, c in data.template])
+        repeats.add_(outs[data.repeats])
+    return _assemble(data.template, data.slots, outs)

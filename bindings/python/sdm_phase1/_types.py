@@ -69,10 +69,21 @@ RECORD_FIELDS = frozenset(
 )
 
 
+_EMPTIES: dict = {}
+
+
 def not_requested(name: str, C: int, W: int):
-    """The value of a field the call did not compute, as the spec returns it."""
-    if name in ("is_last", "is_only"):
-        return np.empty((0, C, W), np.int8)
-    if name in RECORD_FIELDS:
-        return np.empty((0,), np.float32 if name == "kspa" else np.int32)
-    return None
+    """The value of a field the call did not compute, as the spec returns it (zero-element
+    arrays hold no data, so one per shape and dtype serves every call; they are read-only)."""
+    if name not in RECORD_FIELDS and name not in ("is_last", "is_only"):
+        return None
+    key = (name, C, W)
+    empty = _EMPTIES.get(key)
+    if empty is None:
+        if name in ("is_last", "is_only"):
+            empty = np.empty((0, C, W), np.int8)
+        else:
+            empty = np.empty((0,), np.float32 if name == "kspa" else np.int32)
+        empty.flags.writeable = False
+        empty = _EMPTIES.setdefault(key, empty)
+    return empty

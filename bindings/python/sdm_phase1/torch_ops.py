@@ -1,10 +1,18 @@
 """The PyTorch operator ``torch.ops.sdm_phase1.phase1_forward`` and its spec-signature wrapper.
 
-Importing this module imports torch and registers the operator (``torch.library.custom_op``)
-with a fake implementation that gives every output's shape and dtype from the inputs' shapes
-and the options alone, so code calling :func:`phase1_forward` here traces under
-``torch.compile(fullgraph=True)`` without a graph break, and under FakeTensorMode and
-``torch.export``. ``import sdm_phase1`` alone never imports torch.
+Importing this module imports torch and registers the operator (``torch.library.Library``:
+its schema, one implementation for CUDA and CPU tensors, and a fake implementation that gives
+every output's shape and dtype from the inputs' shapes and the options alone), so code calling
+:func:`phase1_forward` here traces under ``torch.compile(fullgraph=True)`` without a graph
+break, and under FakeTensorMode and ``torch.export``. ``import sdm_phase1`` alone never
+imports torch. The operator is registered at this low level rather than through
+``torch.library.custom_op``, whose per-call Python wrapping costs more host time than the S6
+kernel takes.
+
+Forward only: the operator has no autograd formula. Called while autograd records with an
+input that requires grad, it raises the error ``sdm_phase1._torch_impl.FORWARD_ONLY`` says
+(from its implementation, which PyTorch's autograd fallback runs with grad mode on), as
+:func:`phase1_forward` does before calling it.
 
 The operator takes the inputs and options and returns the computed outputs as a list (in
 field order, ``repeats``' count last); :func:`phase1_forward` turns that into the spec's
@@ -23,39 +31,40 @@ from typing import List, Optional
 import torch
 
 from . import _torch_impl
+from ._constants import DET_RECORDS, DET_SHIPPED
 from ._fields import REPEATS, VALUE, output_layout
+from ._options import call_options, plain_call_options, require_bool
 from ._torch_impl import TORCH_DTYPES
 from ._types import Phase1
 
-__all__ = ["phase1_forward", "phase1_op"]
+__all__ = ["phase1_forward", "phase1_op", "SCHEMA"]
+
+#: The operator's schema.
+SCHEMA = ("phase1_forward(Tensor k_idx, Tensor q_idx, Tensor k_val, Tensor q_val, Tensor g, "
+          "Tensor? beta, int num_parallel, int stream_offset, int num_keys, int valid_last, "
+          "bool need_read_groups, int rec_tile, int det_fields, bool check) -> Tensor[]")
+
+_LIBRARY = torch.library.Library("sdm_phase1", "DEF")
+_LIBRARY.define(SCHEMA)
 
 
-@torch.library.custom_op("sdm_phase1::phase1_forward", mutates_args=())
-def phase1_op(
-    k_idx: torch.Tensor,
-    q_idx: torch.Tensor,
-    k_val: torch.Tensor,
-    q_val: torch.Tensor,
-    g: torch.Tensor,
-    beta: Optional[torch.Tensor],
-    num_parallel: int,
-    stream_offset: int,
-    num_keys: int,
-    valid_last: int,
-    need_read_groups: bool,
-    rec_tile: int,
-    det_fields: int,
-    check: bool,
-) -> List[torch.Tensor]:
+def _implementation(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
+                    valid_last, need_read_groups, rec_tile, det_fields, check) -> List[torch.Tensor]:
     """The computed outputs in field order (those ``det_fields`` and ``need_read_groups``
     select, see ``sdm_phase1._fields.output_layout``), then a one-element int64 tensor with
     the repeats count. ``det_fields`` must be resolved (the wrapper applies the default)."""
-    outs = _torch_impl.run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset,
+    return _torch_impl.run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset,
                            num_keys, valid_last, need_read_groups, rec_tile, det_fields, check)
-    return [t for t in outs if t is not None]
 
 
-@phase1_op.register_fake
+_LIBRARY.impl("phase1_forward", _implementation, "CUDA")
+_LIBRARY.impl("phase1_forward", _implementation, "CPU")
+
+#: The operator (its default overload).
+phase1_op = torch.ops.sdm_phase1.phase1_forward.default
+
+
+@torch.library.register_fake("sdm_phase1::phase1_forward")
 def _phase1_fake(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
                  valid_last, need_read_groups, rec_tile, det_fields, check):
     N, C, W = k_idx.shape
@@ -64,6 +73,21 @@ def _phase1_fake(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offse
         k_idx.new_empty(shape, dtype=k_val.dtype if dt == VALUE else TORCH_DTYPES[dt])
         for _, shape, dt in output_layout(N, C, W, R, det_fields, need_read_groups, rec_tile)
     ]
+
+
+_TEMPLATES: dict = {}
+
+
+def _fields_of(N, C, W, R, det, need_read_groups, rec_tile) -> tuple:
+    # The computed field ids, from the options alone (cached in eager calls).
+    if torch.compiler.is_compiling():
+        return tuple(f for f, _, _ in output_layout(N, C, W, R, det, need_read_groups, rec_tile))
+    key = (N, C, W, R, det, need_read_groups, rec_tile)
+    fields = _TEMPLATES.get(key)
+    if fields is None:
+        fields = _TEMPLATES[key] = tuple(
+            f for f, _, _ in output_layout(N, C, W, R, det, need_read_groups, rec_tile))
+    return fields
 
 
 def phase1_forward(
@@ -89,20 +113,28 @@ def phase1_forward(
     Arguments, results and errors as :func:`sdm_phase1.phase1_forward` for torch tensors
     (``repeats``: None or a one-element int64 tensor on the inputs' device, incremented in
     place). ``check=True`` synchronizes, so leave it off in code that is compiled with CUDA
-    graphs or captured.
+    graphs or captured. Forward only: inputs that require grad while autograd records raise
+    RuntimeError (call under ``torch.no_grad()``, or on detached inputs).
     """
-    det = _torch_impl.resolve_det_fields(det_fields, beta)
-    rec_tile = max(0, int(rec_tile))
-    N, C, W = k_idx.shape
-    R = q_idx.shape[2]
+    _torch_impl.refuse_grad(k_val, q_val, g, beta)
+    if plain_call_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                          rec_tile, det_fields, check):
+        # Plain types: the ranges are checked with the plan (the operator's first call).
+        det = det_fields if det_fields is not None else (
+            DET_SHIPPED | (DET_RECORDS if beta is not None else 0))
+        tile = max(0, rec_tile)
+    else:
+        o = call_options(k_idx.shape[1], num_parallel, stream_offset, num_keys, valid_last,
+                         need_read_groups, rec_tile, det_fields, beta is not None)
+        num_parallel, stream_offset, num_keys, valid_last, need_read_groups, tile, det = o
+        check = require_bool("check", check)
     if repeats is not None:
         _torch_impl.check_repeats(repeats, k_idx.device)
-    got = torch.ops.sdm_phase1.phase1_forward(
-        k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys, valid_last,
-        bool(need_read_groups), rec_tile, det, bool(check))
-    outs: List[Optional[torch.Tensor]] = [None] * (REPEATS + 1)
-    for (f, _, _), t in zip(output_layout(N, C, W, R, det, need_read_groups, rec_tile), got):
-        outs[f] = t
+    got = phase1_op(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
+                    valid_last, need_read_groups, tile, det, check)
+    N, C, W = k_idx.shape
+    fields = _fields_of(N, C, W, q_idx.shape[2], det, need_read_groups, tile)
     if repeats is not None:
-        repeats.view(-1).add_(outs[REPEATS].view(-1))
-    return _torch_impl.assemble(outs, k_idx.device, C, W, reuse=False)
+        repeats.add_(got[fields.index(REPEATS)])
+    return _torch_impl.phase1_from_outputs(got, fields, C, W, k_idx.device,
+                                           reuse=not torch.compiler.is_compiling())

@@ -1,6 +1,7 @@
 """The device path's framework-independent machinery (sdm_phase1._gpu), driven with the CPU
 backend on host memory so that it runs in CI without a GPU: plans created through the allocator
-hook (cffi callbacks), executes with raw pointers into caller buffers, the plan cache (hits,
+hook (cffi callbacks), executes with raw pointers into caller buffers and into one carved
+block, the plan cache (hits,
 per-stream plans, eviction, pinning, moving a plan to a capturing stream), the data check and
 synchronize()."""
 
@@ -89,7 +90,8 @@ def test_execute_through_the_allocator_hook(fresh_cache):
     p1.synchronize()
     assert not plan.pending and log[-1] == ("sync",)
     info = p1.plan_cache_info()
-    assert info["plans"] == 1 and info["created"] >= 1
+    assert info["created"] >= 1
+    assert [k[0] for k in _gpu._cache.plans].count("host") == 1  # and cpu_result's NumPy plan
     p1.clear_plan_cache()
     assert log[-1][0] == "free" and p1.plan_cache_info()["plans"] == 0
 
@@ -146,7 +148,33 @@ def test_refused_options_raise(fresh_cache):
     case = make_case(5, N=2, C=8, W=3, R=2, P=1, num_keys=16)
     inputs, opts = split(case)
     key = options_of(inputs, dict(opts, valid_last=0))
-    with pytest.raises(p1.Phase1Error, match="valid_last"):
+    with pytest.raises(ValueError, match="valid_last"):
         _gpu.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
     assert p1.plan_cache_info()["plans"] == 0
 
+
+
+def test_execute_into_one_carved_block(fresh_cache):
+    """The layout: every output 256-byte aligned, in field order, without overlap, inside
+    block_bytes; executing into one block gives the bits of a buffer per field."""
+    case = make_case(6, N=3, C=16, W=5, R=3, P=3, num_keys=32, valid_last=7, vals="bf16")
+    inputs, opts = split(case)
+    key = options_of(inputs, opts, det_fields=3071)
+    plan = _gpu.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
+    end = 0
+    for (f, shape, dt, offset), (f2, shape2, dt2) in zip(plan.layout, plan.fields):
+        assert (f, shape, dt) == (f2, shape2, dt2)
+        assert offset % 256 == 0 and offset >= end
+        end = offset + int(np.prod(shape)) * DTYPES[dt].itemsize
+    assert end <= plan.block_bytes
+    want = run(plan, inputs)
+    block = np.zeros(plan.block_bytes + 256, np.uint8)
+    base = (block.ctypes.data + 255) // 256 * 256
+    beta = inputs["beta"]
+    plan.execute_block(*(inputs[n].ctypes.data for n in ("k_idx", "q_idx", "k_val", "q_val", "g")),
+                       beta.ctypes.data, base)
+    start = base - block.ctypes.data
+    for f, shape, dt, offset in plan.layout:
+        nbytes = int(np.prod(shape)) * DTYPES[dt].itemsize
+        got = block[start + offset:start + offset + nbytes].tobytes()
+        assert got == want[f].tobytes(), Phase1._fields[f] if f < 28 else "repeats"

@@ -288,9 +288,11 @@ def test_bad_repeats_and_backend():
 
 def test_library_refusal_is_phase1_error():
     t, opts = _good()
-    with pytest.raises(p1.Phase1Error) as info:
+    with pytest.raises(ValueError, match="valid_last must be in 1..C"):  # checked in Python
         _call(t, dict(opts, valid_last=0))
-    assert info.value.status == "SDM_P1_ERROR_INVALID_ARGUMENT" and "valid_last" in info.value.message
+    with pytest.raises(p1.Phase1Error) as info:
+        _call(t, dict(opts, num_parallel=3))  # N = 2: the library's check
+    assert info.value.status == "SDM_P1_ERROR_INVALID_ARGUMENT" and "num_parallel" in info.value.message
     with pytest.raises(p1.Phase1Error, match="beta"):
         _call(dict(t, beta=None), opts, det_fields=p1.DET_KSPA)
 
@@ -363,3 +365,15 @@ def test_outputs_in_torch_memory_and_no_input_copies():
     # call's results held may be reused, so the peak can also stay below the outputs.)
     assert 0 < peak < outputs + 512 * 32 < outputs + t["k_idx"].numel() * 4
     assert all(x.device == t["k_idx"].device for x in out if x is not None)
+
+
+def test_forward_only_on_cuda():
+    from sdm_phase1 import torch_ops
+
+    t, opts = _good()
+    t["k_val"] = t["k_val"].requires_grad_()
+    for f in (p1.phase1_forward, torch_ops.phase1_forward):
+        with pytest.raises(RuntimeError, match="forward only .*k_val requires grad.*torch.no_grad"):
+            f(*(t[n] for n in ("k_idx", "q_idx", "k_val", "q_val", "g")), beta=t["beta"], **opts)
+        with torch.no_grad():
+            f(*(t[n] for n in ("k_idx", "q_idx", "k_val", "q_val", "g")), beta=t["beta"], **opts)

@@ -1,4 +1,6 @@
-//! The raw functions link and answer: the library's version matches the header's major.
+//! The raw functions link and answer: the library's version matches the header's major; the
+//! crate's version is the header's (generated from Meson's project version), so a release
+//! that changes one without the other fails here.
 use sdm_phase1_sys as sys;
 use std::ffi::CStr;
 
@@ -23,5 +25,32 @@ fn initializers_match_the_header_defaults() {
     assert_eq!(
         inputs.struct_size as usize,
         std::mem::size_of::<sys::sdm_p1_inputs>()
+    );
+}
+
+#[test]
+fn crate_version_is_the_header_version() {
+    let header = format!(
+        "{}.{}.{}",
+        sys::SDM_P1_VERSION_MAJOR,
+        sys::SDM_P1_VERSION_MINOR,
+        sys::SDM_P1_VERSION_PATCH
+    );
+    assert_eq!(
+        env!("CARGO_PKG_VERSION"),
+        header,
+        "Cargo.toml against the header"
+    );
+    let loaded = unsafe { CStr::from_ptr(sys::sdm_p1_version_string()) };
+    assert_eq!(
+        loaded.to_str().unwrap(),
+        header,
+        "the loaded library against the header"
+    );
+    assert_eq!(
+        sys::SDM_P1_VERSION_NUMBER,
+        sys::SDM_P1_VERSION_MAJOR * 10000
+            + sys::SDM_P1_VERSION_MINOR * 100
+            + sys::SDM_P1_VERSION_PATCH
     );
 }

@@ -95,7 +95,7 @@ pub use types::{
 };
 
 /// The version of the header these bindings were generated from, as
-/// major * 10000 + minor * 100 + patch (10100 for 1.1.0).
+/// major * 10000 + minor * 100 + patch (10200 for 1.2.0).
 pub const HEADER_VERSION: u32 = sys::SDM_P1_VERSION_NUMBER;
 
 /// The version of the library actually loaded, as [`HEADER_VERSION`].
@@ -104,7 +104,7 @@ pub fn version_number() -> u32 {
     unsafe { sys::sdm_p1_version_number() }
 }
 
-/// The version of the library actually loaded, as text (`"1.1.0"`).
+/// The version of the library actually loaded, as text (`"1.2.0"`).
 pub fn version_string() -> &'static str {
     // SAFETY: the library returns a static, NUL-terminated string.
     let text = unsafe { CStr::from_ptr(sys::sdm_p1_version_string()) };
@@ -119,4 +119,17 @@ pub fn cuda_device_count() -> Result<usize> {
     // SAFETY: a valid out pointer.
     error::check(unsafe { sys::sdm_p1_cuda_device_count(&mut count) })?;
     Ok(count.max(0) as usize)
+}
+
+/// The GPU architectures the CUDA backend carries kernels for (`sdm_p1_cuda_architectures`,
+/// since 1.2): space-separated `sm_XY` (machine code) and `compute_XY` (PTX) names, e.g.
+/// `"sm_90"`; [`Status::BackendUnavailable`] when the library was built without the CUDA
+/// backend.
+pub fn cuda_architectures() -> Result<&'static str> {
+    let mut list: *const std::os::raw::c_char = std::ptr::null();
+    // SAFETY: a valid out pointer; the library stores a static, NUL-terminated string.
+    error::check(unsafe { sys::sdm_p1_cuda_architectures(&mut list) })?;
+    // SAFETY: set by the successful call above.
+    let text = unsafe { CStr::from_ptr(list) };
+    Ok(text.to_str().unwrap_or(""))
 }

@@ -266,6 +266,32 @@ fn plan_kinds_are_checked() {
 }
 
 #[test]
+fn cuda_architectures_agree_with_the_backend() {
+    match (
+        sdm_phase1::cuda_device_count(),
+        sdm_phase1::cuda_architectures(),
+    ) {
+        (Err(count), Err(archs)) => {
+            assert_eq!(count.status(), Status::BackendUnavailable, "{count}");
+            assert_eq!(archs.status(), Status::BackendUnavailable, "{archs}");
+        }
+        (Ok(_), Ok(archs)) => {
+            assert!(!archs.is_empty());
+            for name in archs.split(' ') {
+                let digits = name
+                    .strip_prefix("sm_")
+                    .or_else(|| name.strip_prefix("compute_"));
+                assert!(
+                    digits.is_some_and(|d| d.starts_with(|c: char| c.is_ascii_digit())),
+                    "{archs:?}"
+                );
+            }
+        }
+        (count, archs) => panic!("device count {count:?} but architectures {archs:?}"),
+    }
+}
+
+#[test]
 fn cuda_without_a_device_is_backend_unavailable() {
     let devices = sdm_phase1::cuda_device_count();
     match devices {

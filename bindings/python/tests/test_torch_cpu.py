@@ -1,0 +1,133 @@
+"""PyTorch on the CPU backend (CPU tensors; skips without torch): the cached-plan path and the
+operator give the NumPy path's bits, the spec's fields, and refuse inputs that require grad
+while autograd records (forward only) with the message that says how to call them; option
+types are checked as for NumPy. The same path runs CUDA tensors (test_gpu_torch.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sdm_phase1 as p1
+from gpu_support import assert_same, cpu_result, split, torch_inputs
+from test_reference import make_case
+
+torch = pytest.importorskip("torch")
+
+NAMES = ("k_idx", "q_idx", "k_val", "q_val", "g")
+
+
+def _case(seed=1, **kw):
+    shape = dict(N=4, C=16, W=4, R=3, P=2, num_keys=32, valid_last=9)
+    shape.update(kw)
+    return split(make_case(seed, **shape))
+
+
+def _call(t, opts, op=False, **kw):
+    from sdm_phase1 import torch_ops
+
+    f = torch_ops.phase1_forward if op else p1.phase1_forward
+    return f(*(t[n] for n in NAMES), beta=t["beta"], **opts, **kw)
+
+
+@pytest.mark.parametrize("op", [False, True])
+@pytest.mark.parametrize("variant", [dict(), dict(vals="bf16", gate="write"),
+                                     dict(idx=np.int64, det_fields=3071)])
+def test_same_bits_as_numpy(op, variant):
+    det = variant.pop("det_fields", None)
+    inputs, opts = _case(**variant)
+    kw = {} if det is None else {"det_fields": det}
+    want = cpu_result(inputs, opts, **kw)
+    t = torch_inputs(inputs, "cpu")
+    for _ in range(2):  # the second call: the cached plan
+        got = _call(t, opts, op=op, **kw)
+        assert_same(want, got)
+        assert all(x is None or x.device.type == "cpu" for x in got)
+
+
+def test_repeats_and_cache():
+    inputs, opts = _case(5, kmode="random")
+    want = np.array([3], np.int64)
+    cpu_result(inputs, opts, repeats=want)
+    t = torch_inputs(inputs, "cpu")
+    rep = torch.full((1,), 3, dtype=torch.int64)
+    _call(t, opts)
+    before = p1.plan_cache_info()
+    p1.phase1_forward(*(t[n] for n in NAMES), rep, beta=t["beta"], **opts)
+    from sdm_phase1 import torch_ops
+
+    torch_ops.phase1_forward(*(t[n] for n in NAMES), rep, beta=t["beta"], **opts)
+    assert int(rep.item()) == 3 + 2 * (int(want[0]) - 3) and want[0] > 3
+    after = p1.plan_cache_info()
+    assert after["created"] == before["created"] + 1  # the same plan, but for repeats' key
+    assert after["hits"] >= before["hits"] + 1
+
+
+@pytest.mark.parametrize("op", [False, True])
+@pytest.mark.parametrize("name", ["k_val", "q_val", "g", "beta"])
+def test_forward_only(op, name):
+    inputs, opts = _case()
+    t = torch_inputs(inputs, "cpu")
+    t[name] = t[name].float().requires_grad_() if name in ("k_val", "q_val") else t[name].requires_grad_()
+    with pytest.raises(RuntimeError) as info:
+        _call(t, opts, op=op)
+    message = str(info.value)
+    assert "computes Phase 1's forward only" in message and f"{name} requires grad" in message
+    assert "torch.no_grad()" in message and f"{name}.detach()" in message
+    with torch.no_grad():  # as the message says
+        _call(t, opts, op=op)
+    _call({n: (x.detach() if x is not None else x) for n, x in t.items()}, opts, op=op)
+
+
+@pytest.mark.parametrize("name", ["k_val", "g"])
+def test_forward_only_through_the_operator_itself(name):
+    """torch.ops.sdm_phase1.phase1_forward called directly: the same message."""
+    from sdm_phase1 import torch_ops  # noqa: F401  (registers the operator)
+
+    inputs, opts = _case()
+    t = torch_inputs(inputs, "cpu")
+    t[name] = t[name].requires_grad_()
+    args = [t[n] for n in NAMES] + [t["beta"], opts["num_parallel"], opts["stream_offset"],
+                                     opts["num_keys"], opts["valid_last"], True, 0, 31, False]
+    with pytest.raises(RuntimeError, match=f"forward only .*{name} requires grad"):
+        torch.ops.sdm_phase1.phase1_forward(*args)
+    with torch.inference_mode():
+        torch.ops.sdm_phase1.phase1_forward(*args)
+
+
+@pytest.mark.parametrize("op", [False, True])
+def test_option_types(op):
+    inputs, opts = _case()
+    t = torch_inputs(inputs, "cpu")
+    _call(t, opts, op=op)  # a cached plan for the plain options
+    for name, bad, error in (("num_parallel", True, TypeError), ("need_read_groups", "no", TypeError),
+                             ("valid_last", -1, ValueError), ("det_fields", -1, ValueError),
+                             ("check", 1, TypeError), ("valid_last", 17, ValueError)):
+        with pytest.raises(error, match=name):
+            _call(t, dict(opts, **{name: bad}) if name in opts else opts,
+                  op=op, **({} if name in opts else {name: bad}))
+    # NumPy integers are ints.
+    assert_same(cpu_result(inputs, opts), _call(t, {n: np.int64(v) for n, v in opts.items()}, op=op))
+
+
+def test_outputs_share_one_block_without_overlap():
+    inputs, opts = _case()
+    t = torch_inputs(inputs, "cpu")
+    out = _call(t, opts, det_fields=3071)
+    spans = sorted((x.data_ptr(), x.data_ptr() + x.numel() * x.element_size()) for x in out
+                   if x is not None and x.numel())
+    assert len({x.untyped_storage().data_ptr() for x in out if x is not None and x.numel()}) == 1
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert end <= start
+    assert all((start - spans[0][0]) % 256 == 0 for start, _ in spans)
+
+
+def test_operator_opcheck_on_cpu():
+    """The operator's schema, fake implementation and (absent) autograd registration as
+    torch.library.opcheck tests them: its returns share no storage."""
+    from sdm_phase1 import torch_ops  # noqa: F401  (registers the operator)
+
+    inputs, opts = _case(41, N=2, C=8, W=3, R=2, P=1, num_keys=16, valid_last=8)
+    t = torch_inputs(inputs, "cpu")
+    args = tuple(t[n] for n in NAMES) + (t["beta"], opts["num_parallel"], opts["stream_offset"],
+                                         opts["num_keys"], opts["valid_last"], True, 0, 3071, False)
+    torch.library.opcheck(torch.ops.sdm_phase1.phase1_forward.default, args)
