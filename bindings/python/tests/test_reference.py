@@ -122,9 +122,16 @@ def distinct_sample(rng, pop, k):
 def make_keys(rng, N, C, W, num_keys, mode, pool):
     """[N, C, W] keys (stream-relative). mode: 'distinct' (per token), 'random' (repeats
     allowed), 'pool' (distinct per token, drawn from a per-chunk pool of `pool` keys), 'top'
-    (likewise from the `pool` highest keys)."""
+    (likewise from the `pool` highest keys), 'zipf' (distinct per token by a Zipf law of
+    exponent 1.1: rank r with probability proportional to r^-1.1, ranks mapped to keys by a
+    random permutation; a few hot slots in most tokens, long slot groups)."""
     if mode == "random":
         return rng.integers(0, num_keys, size=(N, C, W), dtype=np.int64)
+    if mode == "zipf":
+        p = np.arange(1, num_keys + 1, dtype=np.float64) ** -1.1
+        perm = rng.permutation(num_keys)
+        draws = [rng.choice(num_keys, size=W, replace=False, p=p / p.sum()) for _ in range(N * C)]
+        return perm[np.array(draws, np.int64)].reshape(N, C, W)
     out = np.empty((N, C, W), np.int64)
     for c in range(N):
         m = max(W, min(pool, num_keys))
@@ -563,6 +570,10 @@ COVER = [
     ("saturation-one-slot", dict(N=1, C=256, W=32, R=4, num_keys=1, kmode="random",
                                  gate_kind="mixed", val_kind="mixed"), dict(pairs=False)),
     ("hot-1-C256-W2", dict(N=1, C=256, W=2, R=2, num_keys=1, kmode="random", gate_kind="tiny"), {}),
+    # skewed slots: a few popular slots in most tokens (long groups, reads on them)
+    ("zipf-1.1", dict(N=2, C=64, W=16, R=16, num_keys=4096, kmode="zipf", gate_kind="mixed"), {}),
+    ("zipf-1.1-bf16-perwrite", dict(N=2, P=2, C=32, W=8, R=8, num_keys=512, kmode="zipf", vals="bf16",
+                                    gate="write", val_kind="mixed", qhit=0.9), {}),
 ]
 
 
