@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "checked_size.h"
 #include "cpu/cpu_backend.h"
 #include "errors.h"
 
@@ -12,7 +13,17 @@ namespace {
 
 constexpr size_t kOutputAlign = 256;
 
-size_t align_up(size_t b) { return (b + kOutputAlign - 1) / kOutputAlign * kOutputAlign; }
+// The plan's one block of outputs: each requested field at a multiple of kOutputAlign. Each
+// input (ids of at most 8 bytes an entry) is smaller than the outputs together (log_k or
+// log_q, rex or q_w, and the payload row), so this also bounds the inputs.
+size_t output_block_bytes(const OutputViews& views) {
+    size_t total = 0;
+    for (const sdm_p1_tensor& v : views) {
+        const size_t field = checked_align_up(v.bytes, kOutputAlign, "output '", v.name, "'");
+        total = checked_add(total, field, "the outputs together (", v.name, " and the fields before it)");
+    }
+    return total;
+}
 
 #if !defined(SDM_P1_WITH_CUDA)
 [[noreturn]] void no_cuda() {
@@ -55,8 +66,7 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     plan->options = resolve_options(desc);
     Options& o = plan->options;
     plan->views = describe_outputs(o);
-    size_t output_bytes = 0;
-    for (const sdm_p1_tensor& v : plan->views) output_bytes += align_up(v.bytes);
+    const size_t output_bytes = output_block_bytes(plan->views);
     size_t workspace_bytes = 0;
     if (o.backend == SDM_P1_BACKEND_CPU) {
         if (o.allocator.alloc == nullptr) o.allocator = default_allocator(o.backend);
@@ -78,6 +88,7 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
         workspace_bytes = plan->cuda.workspace_bytes;
     }
 #endif
+    if (workspace_bytes > kMaxBytes) too_large("the workspace");
     const size_t align = required_alignment(o.backend);
     plan->workspace = Block(o.allocator, workspace_bytes, align);
     if (o.output_mode == SDM_P1_OUTPUTS_PLAN) {
@@ -86,7 +97,7 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
         for (sdm_p1_tensor& v : plan->views) {
             if (!v.requested) continue;
             v.data = p;
-            p += align_up(v.bytes);
+            p += checked_align_up(v.bytes, kOutputAlign, "output '", v.name, "'");
         }
     }
     return plan.release();

@@ -1,5 +1,6 @@
 /* The C API as a C99 caller sees it: versions, statuses, every descriptor and execute error,
- * allocators, output modes and views, and a hand-worked chunk. */
+ * allocators, output modes and views, sizes at the limits of size_t and ptrdiff_t, and a
+ * hand-worked chunk. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -377,6 +378,103 @@ static void test_allocator_and_output_modes(void) {
     CHECK(counter.live == 0);
 }
 
+/* ---- sizes at the limits of size_t and ptrdiff_t -------------------------------------- */
+
+/* N chunks of C tokens writing and reading one slot each, one worker thread. */
+static sdm_p1_desc limit_desc(int64_t N, int64_t C, int32_t output_mode) {
+    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
+    d.N = N;
+    d.C = C;
+    d.W = 1;
+    d.R = 1;
+    d.num_keys = 16;
+    d.backend = SDM_P1_BACKEND_CPU;
+    d.num_threads = 1;
+    d.output_mode = output_mode;
+    return d;
+}
+
+/* An allocator that serves blocks up to 1 MiB (the workspace) and refuses larger ones (the
+ * outputs of a huge plan), recording the largest it was asked for. */
+typedef struct Refuser {
+    size_t largest;
+    int live;
+} Refuser;
+
+static int refusing_alloc(void* ctx, void** ptr, size_t bytes, void* stream) {
+    Refuser* r = (Refuser*)ctx;
+    (void)stream;
+    if (bytes > r->largest) r->largest = bytes;
+    if (bytes > ((size_t)1 << 20) || (*ptr = malloc(bytes)) == NULL) return 1;
+    ++r->live;
+    return 0;
+}
+
+static void refusing_free(void* ctx, void* ptr, size_t bytes, void* stream) {
+    Refuser* r = (Refuser*)ctx;
+    (void)bytes;
+    (void)stream;
+    --r->live;
+    free(ptr);
+}
+
+static size_t element_bytes(int32_t dtype) {
+    return dtype == SDM_P1_DTYPE_INT8 ? 1 : dtype == SDM_P1_DTYPE_BFLOAT16 ? 2 : dtype == SDM_P1_DTYPE_INT64 ? 8 : 4;
+}
+
+static void test_size_limits(void) {
+    const int64_t two62 = (int64_t)1 << 62, two40 = (int64_t)1 << 40;
+    Refuser refuser = {0, 0};
+    sdm_p1_desc d;
+
+    /* N = 2^62, C = 2: a is 2^66 bytes. Refused before anything is allocated. */
+    d = limit_desc(two62, 2, SDM_P1_OUTPUTS_PLAN);
+    d.allocator.ctx = &refuser;
+    d.allocator.alloc = refusing_alloc;
+    d.allocator.free = refusing_free;
+    expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "output 'a' of shape [4611686018427387904, 2, 2]",
+                        "N = 2^62, plan mode");
+    CHECK(strstr(sdm_p1_last_error(), "PTRDIFF_MAX") != NULL);
+    CHECK(refuser.largest == 0);
+    d.output_mode = SDM_P1_OUTPUTS_CALLER;
+    expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "output 'a'", "N = 2^62, caller mode");
+    /* N = INT64_MAX: no view may report a wrapped size, so there is no plan. */
+    d = limit_desc(INT64_MAX, 1, SDM_P1_OUTPUTS_CALLER);
+    expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "output 'a'", "N = INT64_MAX, caller mode");
+    /* Every field fits (the largest, payload, is 64 N = 3 * 2^61 bytes) but not all of them
+     * together (124 N bytes). */
+    d = limit_desc(3 * ((int64_t)1 << 55), 1, SDM_P1_OUTPUTS_CALLER);
+    expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "the outputs together", "fields fit, total not");
+
+    /* N = 2^40 fits: every view reports its exact size, and the plan's one block (each field
+     * at a multiple of 256 bytes) is what the allocator is asked for. */
+    d = limit_desc(two40, 2, SDM_P1_OUTPUTS_CALLER);
+    d.det_fields = SDM_P1_DET_ALL;
+    sdm_p1_plan* plan = NULL;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+    sdm_p1_tensor v[SDM_P1_FIELD_COUNT];
+    CHECK(plan != NULL && sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT) == SDM_P1_SUCCESS);
+    uint64_t block = 0;
+    int exact = 1;
+    for (int f = 0; plan != NULL && f < SDM_P1_FIELD_COUNT; ++f) {
+        if (!v[f].requested) continue;
+        uint64_t elements = 1;
+        for (int i = 0; i < v[f].ndim; ++i) elements *= (uint64_t)v[f].shape[i];
+        exact &= v[f].bytes == elements * element_bytes(v[f].dtype);
+        exact &= f == SDM_P1_FIELD_REPEATS || v[f].shape[0] == two40;
+        block += (v[f].bytes + 255) / 256 * 256;
+    }
+    CHECK(exact);
+    CHECK(v[SDM_P1_FIELD_A].bytes == ((size_t)1 << 44)); /* 2^40 * 2 * 2 * 4 */
+    sdm_p1_plan_destroy(plan);
+    d.output_mode = SDM_P1_OUTPUTS_PLAN;
+    d.allocator.ctx = &refuser;
+    d.allocator.alloc = refusing_alloc;
+    d.allocator.free = refusing_free;
+    expect_create_fails(d, SDM_P1_ERROR_OUT_OF_MEMORY, "allocator", "N = 2^40, plan mode");
+    CHECK(refuser.largest == block && refuser.live == 0);
+}
+
 /* Two tokens, one write and one read each. Token 0 writes slot 5 (value 1, gate -1) and reads
  * slot 5 (value 1); token 1 writes slot 5 (value 2, gate -2) and reads slot 7 (value 3). */
 static void test_hand_worked_chunk(void) {
@@ -452,6 +550,7 @@ int main(void) {
     RUN(test_resolved_desc_and_views);
     RUN(test_execute_errors);
     RUN(test_allocator_and_output_modes);
+    RUN(test_size_limits);
     RUN(test_hand_worked_chunk);
     return test_summary();
 }

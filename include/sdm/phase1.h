@@ -76,7 +76,9 @@ typedef enum sdm_p1_status {
     /* A null pointer, a malformed struct (size, magic, version) or an option out of its
      * range: shapes, dtypes, num_parallel not dividing N, valid_last outside 1..C, ... */
     SDM_P1_ERROR_INVALID_ARGUMENT = 1,
-    /* A legal request this library does not support (e.g. C > 256, C * (W + R) > 2^17). */
+    /* A legal request this library does not support (e.g. C > 256, C * (W + R) > 2^17), or a
+     * plan too large to address: an output, the outputs together or the workspace of more
+     * than PTRDIFF_MAX bytes (the message names it). */
     SDM_P1_ERROR_UNSUPPORTED = 2,
     /* The input data break a rule: a valid token's slot id outside its stream's range, a
      * non-finite gate, a gate of magnitude 2^22 or more. Outputs are then unspecified. */
@@ -335,7 +337,7 @@ typedef struct sdm_p1_tensor {
     /* Number of dimensions (1..3) and the dimensions; unused dimensions are 0. */
     int32_t ndim;
     int64_t shape[3];
-    /* Size in bytes of the whole array. */
+    /* Size in bytes of the whole array (at most PTRDIFF_MAX: a larger plan is refused). */
     size_t bytes;
     /* The plan's buffer (SDM_P1_OUTPUTS_PLAN), else NULL. Host memory for the CPU backend,
      * device memory for CUDA. */
@@ -351,7 +353,11 @@ typedef struct sdm_p1_tensor {
 typedef struct sdm_p1_plan sdm_p1_plan;
 
 /* Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,
- * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL.
+ * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator (in one block, each field at
+ * a multiple of 256 bytes). Every size is computed with overflow checks: a plan with an
+ * output, the outputs together (in either output mode) or a workspace of more than
+ * PTRDIFF_MAX bytes is refused with SDM_P1_ERROR_UNSUPPORTED naming it, before anything is
+ * allocated. On failure *plan is NULL.
  * CUDA: the plan's device is made current for the call and restored after; the call enqueues
  * no work on any stream. */
 SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);

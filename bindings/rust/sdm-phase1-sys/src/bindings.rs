@@ -34,7 +34,9 @@ pub const SDM_P1_SUCCESS: sdm_p1_status = 0;
 #[doc = " A null pointer, a malformed struct (size, magic, version) or an option out of its"]
 #[doc = " range: shapes, dtypes, num_parallel not dividing N, valid_last outside 1..C, ..."]
 pub const SDM_P1_ERROR_INVALID_ARGUMENT: sdm_p1_status = 1;
-#[doc = " A legal request this library does not support (e.g. C > 256, C * (W + R) > 2^17)."]
+#[doc = " A legal request this library does not support (e.g. C > 256, C * (W + R) > 2^17), or a"]
+#[doc = " plan too large to address: an output, the outputs together or the workspace of more"]
+#[doc = " than PTRDIFF_MAX bytes (the message names it)."]
 pub const SDM_P1_ERROR_UNSUPPORTED: sdm_p1_status = 2;
 #[doc = " The input data break a rule: a valid token's slot id outside its stream's range, a"]
 #[doc = " non-finite gate, a gate of magnitude 2^22 or more. Outputs are then unspecified."]
@@ -717,7 +719,7 @@ pub struct sdm_p1_tensor {
     #[doc = " Number of dimensions (1..3) and the dimensions; unused dimensions are 0."]
     pub ndim: i32,
     pub shape: [i64; 3usize],
-    #[doc = " Size in bytes of the whole array."]
+    #[doc = " Size in bytes of the whole array (at most PTRDIFF_MAX: a larger plan is refused)."]
     pub bytes: usize,
     #[doc = " The plan's buffer (SDM_P1_OUTPUTS_PLAN), else NULL. Host memory for the CPU backend,"]
     #[doc = " device memory for CUDA."]
@@ -862,7 +864,11 @@ pub struct sdm_p1_plan {
 }
 extern "C" {
     #[doc = " Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,"]
-    #[doc = " in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL."]
+    #[doc = " in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator (in one block, each field at"]
+    #[doc = " a multiple of 256 bytes). Every size is computed with overflow checks: a plan with an"]
+    #[doc = " output, the outputs together (in either output mode) or a workspace of more than"]
+    #[doc = " PTRDIFF_MAX bytes is refused with SDM_P1_ERROR_UNSUPPORTED naming it, before anything is"]
+    #[doc = " allocated. On failure *plan is NULL."]
     #[doc = " CUDA: the plan's device is made current for the call and restored after; the call enqueues"]
     #[doc = " no work on any stream."]
     pub fn sdm_p1_plan_create(
