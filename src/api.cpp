@@ -77,7 +77,7 @@ sdm_p1_status sdm_p1_plan_desc(const sdm_p1_plan* plan, sdm_p1_desc* desc) {
     return guarded([&] {
         require_plan(plan, "sdm_p1_plan_desc");
         if (desc == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_desc: desc is NULL");
-        *desc = sdm_p1::describe_options(plan->options);
+        sdm_p1::report_options(plan->options, desc);
     });
 }
 

@@ -1,10 +1,12 @@
 #include "options.h"
 
+#include <cstring>
 #include <thread>
 
 #include "cuda/cuda_backend.h"
 #include "errors.h"
 #include "phase1_shared.h"
+#include "versioned_struct.h"
 
 namespace sdm_p1 {
 
@@ -38,6 +40,31 @@ bool cuda_usable() {
 #endif
 }
 
+// The descriptor of resolved options.
+sdm_p1_desc describe_options(const Options& o) {
+    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
+    d.N = o.N;
+    d.C = o.C;
+    d.W = o.W;
+    d.R = o.R;
+    d.num_parallel = o.P;
+    d.stream_offset = o.stream_offset;
+    d.num_keys = o.num_keys;
+    d.valid_last = o.valid_last;
+    d.index_dtype = o.idx64 ? SDM_P1_DTYPE_INT64 : SDM_P1_DTYPE_INT32;
+    d.value_dtype = o.bf16 ? SDM_P1_DTYPE_BFLOAT16 : SDM_P1_DTYPE_FLOAT32;
+    d.gate_width = o.gate_width;
+    d.need_read_groups = o.read_groups ? 1 : 0;
+    d.det_fields = o.det_fields;
+    d.rec_tile = o.rec_tile;
+    d.backend = o.backend;
+    d.device = o.device;
+    d.num_threads = o.num_threads;
+    d.output_mode = o.output_mode;
+    d.allocator = o.allocator;
+    return d;
+}
+
 }  // namespace
 
 int Options::row() const { return (n() + kRowAlign - 1) / kRowAlign * kRowAlign; }
@@ -49,12 +76,12 @@ Options resolve_options(const sdm_p1_desc* desc) {
              "sdm_p1_plan_create: desc was not filled from SDM_P1_DESC_INITIALIZER (struct_size ",
              desc->struct_size, ", magic ", desc->magic, ")");
     }
-    if (desc->struct_size != sizeof(sdm_p1_desc) || desc->version / 10000 != SDM_P1_VERSION_MAJOR) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_create: desc of version ", desc->version,
-             " and size ", desc->struct_size, " does not match this library (version ",
-             SDM_P1_VERSION_NUMBER, ", size ", sizeof(sdm_p1_desc), ")");
+    if (desc->version / 10000 != SDM_P1_VERSION_MAJOR) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_create: desc->version = ", desc->version,
+             " is of another major version than this library (", SDM_P1_VERSION_NUMBER, ")");
     }
-    const sdm_p1_desc& d = *desc;
+    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;   // the defaults of fields an older caller lacks
+    read_struct(desc, desc->struct_size, &d, kDescLayout);
     Options o{};
 
     require(d.N >= 1, "N", d.N, "needs at least one chunk");
@@ -178,28 +205,14 @@ Options resolve_options(const sdm_p1_desc* desc) {
     return o;
 }
 
-sdm_p1_desc describe_options(const Options& o) {
-    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
-    d.N = o.N;
-    d.C = o.C;
-    d.W = o.W;
-    d.R = o.R;
-    d.num_parallel = o.P;
-    d.stream_offset = o.stream_offset;
-    d.num_keys = o.num_keys;
-    d.valid_last = o.valid_last;
-    d.index_dtype = o.idx64 ? SDM_P1_DTYPE_INT64 : SDM_P1_DTYPE_INT32;
-    d.value_dtype = o.bf16 ? SDM_P1_DTYPE_BFLOAT16 : SDM_P1_DTYPE_FLOAT32;
-    d.gate_width = o.gate_width;
-    d.need_read_groups = o.read_groups ? 1 : 0;
-    d.det_fields = o.det_fields;
-    d.rec_tile = o.rec_tile;
-    d.backend = o.backend;
-    d.device = o.device;
-    d.num_threads = o.num_threads;
-    d.output_mode = o.output_mode;
-    d.allocator = o.allocator;
-    return d;
+void report_options(const Options& o, sdm_p1_desc* out) {
+    // A descriptor filled from the initializer says how much room it has; one that was not
+    // (1.1 allowed that) has at least the 1.0 layout.
+    const bool sized = out->magic == SDM_P1_DESC_MAGIC && out->struct_size >= kDescLayout.oldest_bytes;
+    const size_t n = bytes_to_write(sized ? out->struct_size : kDescLayout.oldest_bytes, kDescLayout);
+    sdm_p1_desc d = describe_options(o);
+    d.struct_size = static_cast<uint32_t>(n);
+    std::memcpy(out, &d, n);
 }
 
 }  // namespace sdm_p1

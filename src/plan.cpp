@@ -6,6 +6,7 @@
 #include "checked_size.h"
 #include "cpu/cpu_backend.h"
 #include "errors.h"
+#include "versioned_struct.h"
 
 namespace sdm_p1 {
 
@@ -103,27 +104,25 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     return plan.release();
 }
 
-void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outputs, int32_t count,
-                  void* stream) {
+void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const* outputs,
+                  int32_t count, void* stream) {
     const Options& o = plan.options;
-    if (in == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs is NULL");
-    if (in->struct_size != sizeof(sdm_p1_inputs)) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->struct_size = ", in->struct_size,
-             ", expected ", sizeof(sdm_p1_inputs), " (fill it from SDM_P1_INPUTS_INITIALIZER)");
-    }
+    if (caller_in == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs is NULL");
+    sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;   // the defaults of fields an older caller lacks
+    read_struct(caller_in, caller_in->struct_size, &in, kInputsLayout);
     const size_t idx = o.idx64 ? 8 : 4, val = o.bf16 ? 2 : 4;
-    require_input(in->k_idx, idx, "k_idx");
-    require_input(in->q_idx, idx, "q_idx");
-    require_input(in->k_val, val, "k_val");
-    require_input(in->q_val, val, "q_val");
-    require_input(in->g, 4, "g");
+    require_input(in.k_idx, idx, "k_idx");
+    require_input(in.q_idx, idx, "q_idx");
+    require_input(in.k_val, val, "k_val");
+    require_input(in.q_val, val, "q_val");
+    require_input(in.g, 4, "g");
     if (o.has(SDM_P1_DET_KSPA)) {
-        if (in->beta == nullptr) {
+        if (in.beta == nullptr) {
             fail(SDM_P1_ERROR_INVALID_ARGUMENT,
                  "sdm_p1_execute: det_fields asks for kspa (SDM_P1_DET_KSPA), which needs beta, but "
                  "inputs->beta is NULL");
         }
-        require_input(in->beta, 4, "beta");
+        require_input(in.beta, 4, "beta");
     }
 
     // The output buffers, by field.
@@ -150,13 +149,13 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outpu
         }
     }
     if (o.backend == SDM_P1_BACKEND_CPU) {
-        cpu::execute(o, *in, output_buffers(buffers), plan.workspace.data());
+        cpu::execute(o, in, output_buffers(buffers), plan.workspace.data());
         return;
     }
 #if defined(SDM_P1_WITH_CUDA)
-    require_device_memory(plan, *in, outputs, count);
+    require_device_memory(plan, in, outputs, count);
     const cuda::DeviceGuard guard(o.device);
-    cuda::execute(o, plan.cuda, *in, output_buffers(buffers), plan.workspace.data(), stream);
+    cuda::execute(o, plan.cuda, in, output_buffers(buffers), plan.workspace.data(), stream);
     plan.executed = true;
 #else
     (void)stream;

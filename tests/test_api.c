@@ -1,7 +1,8 @@
 /* The C API as a C99 caller sees it: versions, statuses, every descriptor and execute error,
- * allocators, output modes and views, sizes at the limits of size_t and ptrdiff_t, and a
- * hand-worked chunk. */
+ * allocators, output modes and views, structs of other header versions (the struct-size
+ * rule), sizes at the limits of size_t and ptrdiff_t, and a hand-worked chunk. */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,11 +65,11 @@ static sdm_p1_inputs problem_inputs(const Problem* p) {
     return in;
 }
 
-/* Creating a plan from d fails with `want` and a message containing `needle`. */
-static void expect_create_fails(sdm_p1_desc d, sdm_p1_status want, const char* needle,
-                                const char* what) {
+/* Creating a plan from *d fails with `want` and a message containing `needle`. */
+static void expect_create_fails_at(const sdm_p1_desc* d, sdm_p1_status want, const char* needle,
+                                   const char* what) {
     sdm_p1_plan* plan = (sdm_p1_plan*)&plan; /* any non-NULL value: must be reset to NULL */
-    const sdm_p1_status s = sdm_p1_plan_create(&plan, &d);
+    const sdm_p1_status s = sdm_p1_plan_create(&plan, d);
     CHECK_MSG(s == want, what);
     CHECK_MSG(plan == NULL, what);
     CHECK_MSG(strstr(sdm_p1_last_error(), needle) != NULL, what);
@@ -76,6 +77,11 @@ static void expect_create_fails(sdm_p1_desc d, sdm_p1_status want, const char* n
         printf("    %s: got %s: %s\n", what, sdm_p1_status_string(s), sdm_p1_last_error());
     }
     if (s == SDM_P1_SUCCESS) sdm_p1_plan_destroy(plan);
+}
+
+static void expect_create_fails(sdm_p1_desc d, sdm_p1_status want, const char* needle,
+                                const char* what) {
+    expect_create_fails_at(&d, want, needle, what);
 }
 
 /* A counting allocator: every block it gives out must come back. */
@@ -132,7 +138,6 @@ static void test_descriptor_errors(void) {
     expect_create_fails(d, status, needle, #field " = " #value)
     BAD(magic, 0u, SDM_P1_ERROR_INVALID_ARGUMENT, "SDM_P1_DESC_INITIALIZER");
     BAD(struct_size, 8u, SDM_P1_ERROR_INVALID_ARGUMENT, "SDM_P1_DESC_INITIALIZER");
-    BAD(struct_size, (uint32_t)sizeof(sdm_p1_desc) + 8u, SDM_P1_ERROR_INVALID_ARGUMENT, "size");
     BAD(version, 20000u, SDM_P1_ERROR_INVALID_ARGUMENT, "version");
     BAD(N, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "N = 0");
     BAD(C, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "C = 0");
@@ -378,6 +383,108 @@ static void test_allocator_and_output_modes(void) {
     CHECK(counter.live == 0);
 }
 
+/* ---- the struct-size rule: structs of a newer header (longer) ------------------------- */
+
+/* What a caller compiled against a newer header passes: the struct of this header followed
+ * by fields this library does not know, zero while the caller leaves them at their defaults. */
+typedef struct NewerDesc {
+    sdm_p1_desc desc;
+    int64_t newer[2];
+} NewerDesc;
+
+typedef struct NewerInputs {
+    sdm_p1_inputs in;
+    const void* newer[2];
+} NewerInputs;
+
+/* Every requested output of two plans, byte for byte. */
+static int same_outputs(const sdm_p1_plan* x, const sdm_p1_plan* y) {
+    sdm_p1_tensor vx[SDM_P1_FIELD_COUNT], vy[SDM_P1_FIELD_COUNT];
+    int same = sdm_p1_outputs(x, vx, SDM_P1_FIELD_COUNT) == SDM_P1_SUCCESS &&
+               sdm_p1_outputs(y, vy, SDM_P1_FIELD_COUNT) == SDM_P1_SUCCESS;
+    for (int f = 0; same && f < SDM_P1_FIELD_COUNT; ++f) {
+        same = vx[f].requested == vy[f].requested && vx[f].bytes == vy[f].bytes &&
+               (!vx[f].requested || memcmp(vx[f].data, vy[f].data, vx[f].bytes) == 0);
+    }
+    return same;
+}
+
+/* The offset of the first non-zero byte in the representation of a non-NULL pointer. */
+static size_t first_set_byte(const void* const* p) {
+    const unsigned char* b = (const unsigned char*)p;
+    size_t i = 0;
+    while (i < sizeof *p && b[i] == 0) ++i;
+    return i;
+}
+
+/* "byte <offset> is set", as the library names the first unknown byte a caller set. */
+static int names_byte(size_t offset) {
+    char needle[64];
+    snprintf(needle, sizeof needle, "byte %u is set", (unsigned)offset);
+    return strstr(sdm_p1_last_error(), needle) != NULL;
+}
+
+static void test_struct_sizes(void) {
+    static Problem p;
+    fill_problem(&p);
+    const size_t desc_10 = offsetof(sdm_p1_desc, allocator) + sizeof(sdm_p1_allocator);
+    const size_t inputs_10 = offsetof(sdm_p1_inputs, beta) + sizeof(const float*);
+    sdm_p1_plan *plain = NULL, *newer = NULL;
+    const sdm_p1_desc d = problem_desc();
+    const sdm_p1_inputs in = problem_inputs(&p);
+    CHECK(sdm_p1_plan_create(&plain, &d) == SDM_P1_SUCCESS);
+    CHECK(sdm_p1_execute(plain, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+
+    /* A newer caller's longer descriptor: its unknown bytes zero, the same plan. */
+    NewerDesc nd;
+    memset(&nd, 0, sizeof nd);
+    nd.desc = d;
+    nd.desc.struct_size = (uint32_t)sizeof nd;
+    CHECK(sdm_p1_plan_create(&newer, &nd.desc) == SDM_P1_SUCCESS);
+    CHECK(sdm_p1_execute(newer, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+    CHECK(same_outputs(plain, newer));
+    sdm_p1_plan_destroy(newer);
+    /* ... and refused, naming the byte, once it sets a field this library lacks. */
+    ((unsigned char*)&nd.newer[1])[2] = 1;
+    expect_create_fails_at(&nd.desc, SDM_P1_ERROR_INVALID_ARGUMENT, "past the", "newer desc, set");
+    CHECK(names_byte(sizeof(sdm_p1_desc) + 8 + 2));
+    /* Shorter than the 1.0 layout: no header ever had it. */
+    nd.desc.struct_size = (uint32_t)desc_10 - 8;
+    expect_create_fails_at(&nd.desc, SDM_P1_ERROR_INVALID_ARGUMENT, "oldest layout", "desc below 1.0");
+
+    /* The same for the inputs of an execute. */
+    NewerInputs ni;
+    memset(&ni, 0, sizeof ni);
+    ni.in = in;
+    ni.in.struct_size = (uint32_t)sizeof ni;
+    CHECK(sdm_p1_plan_create(&newer, &d) == SDM_P1_SUCCESS);
+    CHECK(sdm_p1_execute(newer, &ni.in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+    CHECK(same_outputs(plain, newer));
+    ni.newer[0] = &ni;
+    CHECK(sdm_p1_execute(newer, &ni.in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "inputs->struct_size") != NULL);
+    CHECK(names_byte(sizeof(sdm_p1_inputs) + first_set_byte(&ni.newer[0])));
+    ni.newer[0] = NULL;
+    ni.in.struct_size = (uint32_t)inputs_10 - 8;
+    CHECK(sdm_p1_execute(newer, &ni.in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "oldest layout") != NULL);
+
+    /* sdm_p1_plan_desc writes the fields this library knows, never past them, and says how
+     * many bytes it wrote; a descriptor not filled from the initializer gets the 1.0 layout. */
+    memset(&nd, 0xAB, sizeof nd);
+    nd.desc.magic = SDM_P1_DESC_MAGIC;
+    nd.desc.struct_size = (uint32_t)sizeof nd;
+    CHECK(sdm_p1_plan_desc(newer, &nd.desc) == SDM_P1_SUCCESS);
+    CHECK(nd.desc.struct_size == sizeof(sdm_p1_desc) && nd.desc.N == TN && nd.desc.valid_last == 6);
+    CHECK(nd.newer[0] == (int64_t)0xABABABABABABABABull && nd.newer[1] == nd.newer[0]);
+    memset(&nd, 0xAB, sizeof nd);
+    CHECK(sdm_p1_plan_desc(newer, &nd.desc) == SDM_P1_SUCCESS);
+    CHECK(nd.desc.struct_size == desc_10 && nd.desc.N == TN && nd.desc.magic == SDM_P1_DESC_MAGIC);
+    CHECK(nd.newer[0] == (int64_t)0xABABABABABABABABull);
+    sdm_p1_plan_destroy(newer);
+    sdm_p1_plan_destroy(plain);
+}
+
 /* ---- sizes at the limits of size_t and ptrdiff_t -------------------------------------- */
 
 /* N chunks of C tokens writing and reading one slot each, one worker thread. */
@@ -550,6 +657,7 @@ int main(void) {
     RUN(test_resolved_desc_and_views);
     RUN(test_execute_errors);
     RUN(test_allocator_and_output_modes);
+    RUN(test_struct_sizes);
     RUN(test_size_limits);
     RUN(test_hand_worked_chunk);
     return test_summary();

@@ -184,11 +184,11 @@ pub type sdm_p1_output_mode = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct sdm_p1_desc {
-    #[doc = " sizeof(sdm_p1_desc)"]
+    #[doc = " sizeof(sdm_p1_desc) of the caller's header (the struct-size rule)"]
     pub struct_size: u32,
     #[doc = " SDM_P1_DESC_MAGIC"]
     pub magic: u32,
-    #[doc = " SDM_P1_VERSION_NUMBER the caller was compiled with"]
+    #[doc = " SDM_P1_VERSION_NUMBER of the caller's header (same major)"]
     pub version: u32,
     #[doc = " Shapes. N chunks of C tokens (1..256), W write slots and R read slots per token"]
     #[doc = " (1..256 each), with C * (W + R) <= 2^17. N >= 1."]
@@ -882,7 +882,10 @@ extern "C" {
 }
 extern "C" {
     #[doc = " The options the plan resolved (every UNSET replaced by the library's choice, e.g. the"]
-    #[doc = " backend, det_fields, rec_tile, num_threads); the allocator as given."]
+    #[doc = " backend, det_fields, rec_tile, num_threads); the allocator as given. When *desc was filled"]
+    #[doc = " from SDM_P1_DESC_INITIALIZER (its magic set), the library writes the fields of the"]
+    #[doc = " caller's header and of its own, min(desc->struct_size, its sizeof(sdm_p1_desc)) bytes,"]
+    #[doc = " and sets struct_size to that; a desc not filled (as 1.1 allowed) receives the 1.0 layout."]
     pub fn sdm_p1_plan_desc(plan: *const sdm_p1_plan, desc: *mut sdm_p1_desc) -> sdm_p1_status;
 }
 extern "C" {
@@ -902,7 +905,7 @@ extern "C" {
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct sdm_p1_inputs {
-    #[doc = " sizeof(sdm_p1_inputs)"]
+    #[doc = " sizeof(sdm_p1_inputs) of the caller's header (the struct-size rule)"]
     pub struct_size: u32,
     #[doc = " [N, C, W] slot ids of the K entries, index dtype. A token's W slots are normally"]
     #[doc = " distinct; a repeat counts in `repeats` and its gate is not added again."]
