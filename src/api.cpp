@@ -1,5 +1,6 @@
 // The C API boundary: every exported function. Nothing thrown inside crosses it: errors
 // become status codes and the calling thread's last-error message.
+#include <cstring>
 #include <exception>
 #include <new>
 
@@ -44,7 +45,12 @@ unsigned sdm_p1_version_number(void) { return SDM_P1_VERSION_NUMBER; }
 const char* sdm_p1_version_string(void) { return "1.1.0"; }
 
 const char* sdm_p1_status_string(sdm_p1_status status) {
-    switch (status) {
+    // A C caller may pass any int; C++ may not load an enum outside its values, so the value
+    // is read as the int it is.
+    static_assert(sizeof(sdm_p1_status) == sizeof(int), "the enum is passed as an int");
+    int value = 0;
+    std::memcpy(&value, &status, sizeof value);
+    switch (value) {
         case SDM_P1_SUCCESS: return "SDM_P1_SUCCESS";
         case SDM_P1_ERROR_INVALID_ARGUMENT: return "SDM_P1_ERROR_INVALID_ARGUMENT";
         case SDM_P1_ERROR_UNSUPPORTED: return "SDM_P1_ERROR_UNSUPPORTED";
