@@ -4,6 +4,8 @@
 #   ./run.sh test    install what is missing, build, run every test (C/C++, Python) and lint
 #   ./run.sh build   install what is missing and build only
 # The build goes to ./build (Meson + Ninja). Set SDMP1_BUILD_DIR to use another folder.
+# SDMP1_SANITIZE=0 skips the sanitizer builds of `test` (ASan + UBSan, fuzzing);
+# SDMP1_FUZZ_SECONDS sets how long it fuzzes (default 120).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,6 +13,17 @@ build="${SDMP1_BUILD_DIR:-$root/build}"
 python="${PYTHON:-python3}"
 
 step() { printf '\n== %s\n' "$*"; }
+
+# Installs the given Debian packages (the caller found them missing), or says how to.
+apt_install() {
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "run.sh: missing $*; install them (Debian: apt-get install $*)" >&2
+        exit 1
+    fi
+    step "installing Debian packages: $*"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
 
 # Debian packages for a compiler toolchain and Ninja, installed only where missing.
 install_system_packages() {
@@ -23,14 +36,19 @@ install_system_packages() {
     if command -v "$python" >/dev/null 2>&1 && ! "$python" -c 'import ensurepip' 2>/dev/null; then
         missing+=(python3-venv)   # Debian splits venv (and its pip) from python3
     fi
-    [ ${#missing[@]} -eq 0 ] && return 0
-    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "run.sh: missing ${missing[*]}; install them (Debian: apt-get install ${missing[*]})" >&2
-        exit 1
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+}
+
+# The tools of the test job beyond the build's, from Debian, only where missing: clang and
+# its libFuzzer runtime (fuzzing).
+install_test_tools() {
+    local missing=()
+    command -v clang++ >/dev/null 2>&1 || missing+=(clang)
+    if ! command -v clang++ >/dev/null 2>&1 ||
+        [ ! -f "$(clang++ -print-file-name="libclang_rt.fuzzer-$(uname -m).a")" ]; then
+        missing+=(libclang-rt-dev)
     fi
-    step "installing Debian packages: ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 }
 
 # A Python that pip may install into: the given one, or a virtual environment in ./.venv
@@ -102,15 +120,7 @@ rust_cargo() {
 # The Rust crates: tests (with the check that the committed bindings are what bindgen makes
 # of the header, so the bindgen CLI is installed where missing), clippy and rustfmt.
 rust_tests() {
-    if ! command -v bindgen >/dev/null 2>&1; then
-        if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-            echo "run.sh: missing bindgen; install it (Debian: apt-get install bindgen)" >&2
-            exit 1
-        fi
-        step "installing Debian packages: bindgen"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindgen
-    fi
+    command -v bindgen >/dev/null 2>&1 || apt_install bindgen
     step "Rust tests (cargo test), clippy and rustfmt in bindings/rust"
     rust_cargo test --offline
     rust_cargo clippy --offline --all-targets -- -D warnings
@@ -119,6 +129,7 @@ rust_tests() {
 
 test_job() {
     build
+    install_test_tools
     step "lint: the public header as C99 with -pedantic -Werror"
     echo '#include "sdm/phase1.h"' |
         cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -x c -
@@ -148,7 +159,34 @@ test_job() {
     rust_tests
     if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
         sanitized_tests
+        fuzz_tests
     fi
+}
+
+# The libFuzzer harness tests/fuzz/fuzz_api.cpp for a bounded time, from the committed seed
+# corpus, under ASan + UBSan (clang, host code). A crash, a sanitizer report, a broken promise
+# of the API (an undocumented status, a message missing, 1-thread and n-thread bits that
+# differ, ...) or an input running over 10 s fails, leaving the input to replay.
+fuzz_tests() {
+    local fuzz="$build-fuzz" seconds="${SDMP1_FUZZ_SECONDS:-120}" work rc=0
+    step "fuzzing: tests/fuzz/fuzz_api for $seconds s under ASan + UBSan"
+    if [ ! -f "$fuzz/build.ninja" ]; then
+        CC=clang CXX=clang++ meson_cmd setup "$fuzz" "$root" --buildtype=debugoptimized \
+            -Dcuda=disabled -Dfuzzing=true -Db_sanitize=address,undefined -Db_lundef=false
+    fi
+    meson_cmd compile -C "$fuzz" tests/fuzz/fuzz_api
+    work=$(mktemp -d)   # new inputs go here: the committed seeds stay as they are
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$fuzz/tests/fuzz/fuzz_api" \
+        -max_total_time="$seconds" -timeout=10 -print_final_stats=1 -artifact_prefix="$work/" \
+        "$work" "$root/tests/fuzz/corpus" >"$work/log" 2>&1 || rc=$?
+    if [ $rc -ne 0 ]; then
+        tail -n 60 "$work/log"
+        echo "run.sh: fuzzing failed (exit $rc); replay: $fuzz/tests/fuzz/fuzz_api $work/<crash-, leak- or timeout- file>" >&2
+        exit 1
+    fi
+    grep -E '^#[0-9]+[[:space:]]+DONE' "$work/log" | tail -n 1
+    grep -E 'stat::number_of_executed_units' "$work/log"
+    rm -rf "$work"
 }
 
 # The same tests against a build with AddressSanitizer and UndefinedBehaviorSanitizer: no
