@@ -4,7 +4,7 @@
 #   ./run.sh test    install what is missing, build, run every test (C/C++, Python) and lint
 #   ./run.sh build   install what is missing and build only
 # The build goes to ./build (Meson + Ninja). Set SDMP1_BUILD_DIR to use another folder.
-# SDMP1_SANITIZE=0 skips the sanitizer builds of `test` (ASan + UBSan, fuzzing);
+# SDMP1_SANITIZE=0 skips the sanitizer builds of `test` (ASan + UBSan, TSan, fuzzing);
 # SDMP1_FUZZ_SECONDS sets how long it fuzzes (default 120).
 set -euo pipefail
 
@@ -159,8 +159,23 @@ test_job() {
     rust_tests
     if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
         sanitized_tests
+        thread_sanitized_tests
         fuzz_tests
     fi
+}
+
+# The threaded tests against a ThreadSanitizer build (host code): 16 threads creating,
+# executing and destroying plans, and the CPU backend's own worker threads.
+thread_sanitized_tests() {
+    local tsan="$build-tsan"
+    step "threaded tests under ThreadSanitizer (test_threads, test_cpu)"
+    if [ ! -f "$tsan/build.ninja" ]; then
+        meson_cmd setup "$tsan" "$root" --buildtype=debugoptimized -Dcuda=disabled \
+            -Db_sanitize=thread -Db_lundef=false
+    fi
+    meson_cmd compile -C "$tsan" tests/test_threads tests/test_cpu
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/test_threads"
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/test_cpu"
 }
 
 # The libFuzzer harness tests/fuzz/fuzz_api.cpp for a bounded time, from the committed seed
