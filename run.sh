@@ -3,6 +3,8 @@
 #   ./run.sh main    install what is missing, build, run the C example on the CPU backend
 #   ./run.sh test    install what is missing, build, run every test (C/C++, Python) and lint
 #   ./run.sh build   install what is missing and build only
+#   ./run.sh abi-baseline   build, then write abi/libsdmp1.abi from the library (after a
+#                    reviewed ABI change; see abi/libsdmp1.abignore)
 # The build goes to ./build (Meson + Ninja). Set SDMP1_BUILD_DIR to use another folder.
 # SDMP1_SANITIZE=0 skips the sanitizer builds of `test` (ASan + UBSan, TSan, fuzzing);
 # SDMP1_FUZZ_SECONDS sets how long it fuzzes (default 120).
@@ -40,7 +42,7 @@ install_system_packages() {
 }
 
 # The tools of the test job beyond the build's, from Debian, only where missing: clang and
-# its libFuzzer runtime (fuzzing).
+# its libFuzzer runtime (fuzzing), abigail-tools (the ABI check).
 install_test_tools() {
     local missing=()
     command -v clang++ >/dev/null 2>&1 || missing+=(clang)
@@ -48,6 +50,7 @@ install_test_tools() {
         [ ! -f "$(clang++ -print-file-name="libclang_rt.fuzzer-$(uname -m).a")" ]; then
         missing+=(libclang-rt-dev)
     fi
+    command -v abidiff >/dev/null 2>&1 || missing+=(abigail-tools)
     [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 }
 
@@ -91,8 +94,10 @@ build() {
     if [ ! -f "$build/build.ninja" ]; then
         # Where nvcc works the CUDA backend is built (cuda=auto), its kernels for the
         # architectures in SDMP1_GPU_ARCH (default sm_90, the H200: one architecture keeps a
-        # 2-core build short; 'release' gives sm_80, sm_90, sm_100 and PTX).
-        meson_cmd setup "$build" "$root" --buildtype=release -Dgpu_arch="${SDMP1_GPU_ARCH:-90}"
+        # 2-core build short; 'release' gives sm_80, sm_90, sm_100 and PTX). Debug info (the
+        # same code, -O3 and NDEBUG as release) gives the ABI check the public types.
+        meson_cmd setup "$build" "$root" --buildtype=release -Ddebug=true -Db_ndebug=true \
+            -Dgpu_arch="${SDMP1_GPU_ARCH:-90}"
     fi
     local t0=$SECONDS
     meson_cmd compile -C "$build"
@@ -152,6 +157,7 @@ test_job() {
         $(PKG_CONFIG_PATH="$pcdir" PKG_CONFIG_SYSROOT_DIR="$stage" pkg-config --cflags --libs sdmp1)
     LD_LIBRARY_PATH=$(dirname "$(find "$stage" -name 'libsdmp1.so.1' | head -1)") "$stage/phase1_cpu" >/dev/null
     rm -rf "$stage"
+    abi_check
     step "C/C++ tests (meson test)"
     meson_cmd test -C "$build" --print-errorlogs
     step "Python tests (pytest)"
@@ -162,6 +168,46 @@ test_job() {
         thread_sanitized_tests
         fuzz_tests
     fi
+}
+
+# The ABI of the public header's types and symbols as abidw sees them in the library's debug
+# info (the opaque plan type left out, abi/libsdmp1.abignore), written to $2.
+abi_dump() {
+    abidw --headers-dir "$root/include/sdm" --suppressions "$root/abi/libsdmp1.abignore" \
+        --drop-private-types --exported-interfaces-only --no-corpus-path --no-comp-dir-path \
+        --no-show-locs --no-elf-needed --type-id-style hash --out-file "$2" "$1"
+}
+
+# The library's ABI against the committed one of the last release (abi/libsdmp1.abi): any
+# change to a public type or symbol (abidiff's bit 4, or 8: incompatible) fails.
+abi_check() {
+    step "ABI: abidiff of libsdmp1.so against abi/libsdmp1.abi"
+    if ! readelf -S "$build/libsdmp1.so" | grep -q '\.debug_info'; then
+        # A build folder set up before the build carried debug info.
+        meson_cmd configure "$build" -Ddebug=true -Db_ndebug=true
+        meson_cmd compile -C "$build"
+    fi
+    local current rc=0
+    current=$(mktemp)
+    abi_dump "$build/libsdmp1.so" "$current"
+    abidiff --suppressions "$root/abi/libsdmp1.abignore" "$root/abi/libsdmp1.abi" "$current" || rc=$?
+    rm -f "$current"
+    if [ $((rc & 12)) -ne 0 ]; then
+        echo "run.sh: the ABI changed (abidiff exit $rc, above). Keep it, or, for a reviewed change that" \
+            "old callers survive, regenerate the baseline: ./run.sh abi-baseline" >&2
+        exit 1
+    elif [ $rc -ne 0 ]; then
+        echo "run.sh: abidiff failed (exit $rc)" >&2
+        exit 1
+    fi
+    echo "ABI: no change to the public types and symbols"
+}
+
+abi_baseline_job() {
+    build
+    install_test_tools
+    abi_dump "$build/libsdmp1.so" "$root/abi/libsdmp1.abi"
+    echo "wrote abi/libsdmp1.abi; commit it with abidiff's report of the change"
 }
 
 # The threaded tests against a ThreadSanitizer build (host code): 16 threads creating,
@@ -229,8 +275,9 @@ case "${1:-}" in
     main) main_job ;;
     test) test_job ;;
     build) build ;;
+    abi-baseline) abi_baseline_job ;;
     *)
-        echo "usage: $0 main|test|build" >&2
+        echo "usage: $0 main|test|build|abi-baseline" >&2
         exit 2
         ;;
 esac
