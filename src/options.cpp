@@ -40,31 +40,6 @@ bool cuda_usable() {
 #endif
 }
 
-// The descriptor of resolved options.
-sdm_p1_desc describe_options(const Options& o) {
-    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
-    d.N = o.N;
-    d.C = o.C;
-    d.W = o.W;
-    d.R = o.R;
-    d.num_parallel = o.P;
-    d.stream_offset = o.stream_offset;
-    d.num_keys = o.num_keys;
-    d.valid_last = o.valid_last;
-    d.index_dtype = o.idx64 ? SDM_P1_DTYPE_INT64 : SDM_P1_DTYPE_INT32;
-    d.value_dtype = o.bf16 ? SDM_P1_DTYPE_BFLOAT16 : SDM_P1_DTYPE_FLOAT32;
-    d.gate_width = o.gate_width;
-    d.need_read_groups = o.read_groups ? 1 : 0;
-    d.det_fields = o.det_fields;
-    d.rec_tile = o.rec_tile;
-    d.backend = o.backend;
-    d.device = o.device;
-    d.num_threads = o.num_threads;
-    d.output_mode = o.output_mode;
-    d.allocator = o.allocator;
-    return d;
-}
-
 }  // namespace
 
 int Options::row() const { return (n() + kRowAlign - 1) / kRowAlign * kRowAlign; }
@@ -204,6 +179,35 @@ Options resolve_options(const sdm_p1_desc* desc) {
     o.allocator = a;
     return o;
 }
+
+namespace {
+
+// The descriptor of resolved options.
+sdm_p1_desc describe_options(const Options& o) {
+    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
+    d.N = o.N;
+    d.C = o.C;
+    d.W = o.W;
+    d.R = o.R;
+    d.num_parallel = o.P;
+    d.stream_offset = o.stream_offset;
+    d.num_keys = o.num_keys;
+    d.valid_last = o.valid_last;
+    d.index_dtype = o.idx64 ? SDM_P1_DTYPE_INT64 : SDM_P1_DTYPE_INT32;
+    d.value_dtype = o.bf16 ? SDM_P1_DTYPE_BFLOAT16 : SDM_P1_DTYPE_FLOAT32;
+    d.gate_width = o.gate_width;
+    d.need_read_groups = o.read_groups ? 1 : 0;
+    d.det_fields = o.det_fields;
+    d.rec_tile = o.rec_tile;
+    d.backend = o.backend;
+    d.device = o.device;
+    d.num_threads = o.num_threads;
+    d.output_mode = o.output_mode;
+    d.allocator = o.allocator;
+    return d;
+}
+
+}  // namespace
 
 void report_options(const Options& o, sdm_p1_desc* out) {
     // A descriptor filled from the initializer says how much room it has; one that was not

@@ -90,13 +90,16 @@ typedef struct Counter {
     int calls;
     size_t bytes;
     int fail;
-    int misalign; /* hand out blocks 8 bytes past malloc's */
+    int misalign;   /* hand out blocks 8 bytes past malloc's */
+    size_t limit;   /* refuse blocks larger than this (0: no limit) */
+    size_t largest; /* the largest block asked for */
 } Counter;
 
 static int counting_alloc(void* ctx, void** ptr, size_t bytes, void* stream) {
     Counter* c = (Counter*)ctx;
     (void)stream;
-    if (c->fail) return 1;
+    if (bytes > c->largest) c->largest = bytes;
+    if (c->fail || (c->limit != 0 && bytes > c->limit)) return 1;
     char* p = (char*)malloc(bytes + 8);
     if (p == NULL) return 1;
     *ptr = p + (c->misalign ? 8 : 0);
@@ -331,7 +334,7 @@ static void test_allocator_and_output_modes(void) {
     static Problem p;
     fill_problem(&p);
     const sdm_p1_inputs in = problem_inputs(&p);
-    Counter counter = {0, 0, 0, 0, 0};
+    Counter counter = {0, 0, 0, 0, 0, 0, 0};
     sdm_p1_desc d = problem_desc();
     d.det_fields = SDM_P1_DET_ALL;
     d.allocator.ctx = &counter;
@@ -501,44 +504,21 @@ static sdm_p1_desc limit_desc(int64_t N, int64_t C, int32_t output_mode) {
     return d;
 }
 
-/* An allocator that serves blocks up to 1 MiB (the workspace) and refuses larger ones (the
- * outputs of a huge plan), recording the largest it was asked for. */
-typedef struct Refuser {
-    size_t largest;
-    int live;
-} Refuser;
-
-static int refusing_alloc(void* ctx, void** ptr, size_t bytes, void* stream) {
-    Refuser* r = (Refuser*)ctx;
-    (void)stream;
-    if (bytes > r->largest) r->largest = bytes;
-    if (bytes > ((size_t)1 << 20) || (*ptr = malloc(bytes)) == NULL) return 1;
-    ++r->live;
-    return 0;
-}
-
-static void refusing_free(void* ctx, void* ptr, size_t bytes, void* stream) {
-    Refuser* r = (Refuser*)ctx;
-    (void)bytes;
-    (void)stream;
-    --r->live;
-    free(ptr);
-}
-
 static size_t element_bytes(int32_t dtype) {
     return dtype == SDM_P1_DTYPE_INT8 ? 1 : dtype == SDM_P1_DTYPE_BFLOAT16 ? 2 : dtype == SDM_P1_DTYPE_INT64 ? 8 : 4;
 }
 
 static void test_size_limits(void) {
     const int64_t two62 = (int64_t)1 << 62, two40 = (int64_t)1 << 40;
-    Refuser refuser = {0, 0};
+    /* Blocks up to 1 MiB (the workspace) are served, larger ones (the outputs) refused. */
+    Counter refuser = {0, 0, 0, 0, 0, (size_t)1 << 20, 0};
     sdm_p1_desc d;
 
     /* N = 2^62, C = 2: a is 2^66 bytes. Refused before anything is allocated. */
     d = limit_desc(two62, 2, SDM_P1_OUTPUTS_PLAN);
     d.allocator.ctx = &refuser;
-    d.allocator.alloc = refusing_alloc;
-    d.allocator.free = refusing_free;
+    d.allocator.alloc = counting_alloc;
+    d.allocator.free = counting_free;
     expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "output 'a' of shape [4611686018427387904, 2, 2]",
                         "N = 2^62, plan mode");
     CHECK(strstr(sdm_p1_last_error(), "PTRDIFF_MAX") != NULL);
@@ -576,8 +556,8 @@ static void test_size_limits(void) {
     sdm_p1_plan_destroy(plan);
     d.output_mode = SDM_P1_OUTPUTS_PLAN;
     d.allocator.ctx = &refuser;
-    d.allocator.alloc = refusing_alloc;
-    d.allocator.free = refusing_free;
+    d.allocator.alloc = counting_alloc;
+    d.allocator.free = counting_free;
     expect_create_fails(d, SDM_P1_ERROR_OUT_OF_MEMORY, "allocator", "N = 2^40, plan mode");
     CHECK(refuser.largest == block && refuser.live == 0);
 }

@@ -260,105 +260,85 @@ private:
         sdm_p1_tensor views[SDM_P1_FIELD_COUNT + 8];
         const sdm_p1_desc plain = request(1);
         const InputsBuffer in = sized_inputs(host_inputs(c_), StructForm::Plain);
-        auto expect = [](sdm_p1_status want, sdm_p1_status got, const char* what) {
-            if (got != want) broken(std::string(what) + " gave " + sdm_p1_status_string(got));
+        const unsigned which = arg % 12;
+        // Runs `call`, a `kind` call of `function`, which must give `want`.
+        auto expect = [which](sdm_p1_status want, Call kind, const char* function, auto call) {
+            const sdm_p1_status got = checked(kind, function, false, call);
+            if (got != want) {
+                broken(std::string(function) + " (misuse " + std::to_string(which) + ") gave " +
+                       sdm_p1_status_string(got) + ", not " + sdm_p1_status_string(want));
+            }
         };
         const sdm_p1_status bad = SDM_P1_ERROR_INVALID_ARGUMENT;
-        switch (arg % 12) {
-            case 0:
-                expect(bad, checked(Call::Create, "sdm_p1_plan_create", false,
-                                    [&] { return sdm_p1_plan_create(nullptr, &plain); }), "plan_create(NULL, desc)");
-                break;
+        const char* create = "sdm_p1_plan_create";
+        const char* execute = "sdm_p1_execute";
+        const char* outputs = "sdm_p1_outputs";
+        switch (which) {
+            case 0: expect(bad, Call::Create, create, [&] { return sdm_p1_plan_create(nullptr, &plain); }); break;
             case 1: {
                 sdm_p1_plan* out = reinterpret_cast<sdm_p1_plan*>(&out);
-                expect(bad, checked(Call::Create, "sdm_p1_plan_create", false,
-                                    [&] { return sdm_p1_plan_create(&out, nullptr); }), "plan_create(&p, NULL)");
+                expect(bad, Call::Create, create, [&] { return sdm_p1_plan_create(&out, nullptr); });
                 if (out != nullptr) broken("plan_create(&p, NULL) left p set");
                 break;
             }
             case 2: {
                 sdm_p1_desc d = plain;
-                expect(bad, checked(Call::Query, "sdm_p1_plan_desc", false,
-                                    [&] { return sdm_p1_plan_desc(nullptr, &d); }), "plan_desc(NULL, d)");
-                if (plan != nullptr) {
-                    expect(bad, checked(Call::Query, "sdm_p1_plan_desc", false,
-                                        [&] { return sdm_p1_plan_desc(plan, nullptr); }), "plan_desc(p, NULL)");
-                }
+                expect(bad, Call::Query, "sdm_p1_plan_desc", [&] { return sdm_p1_plan_desc(nullptr, &d); });
+                if (plan) expect(bad, Call::Query, "sdm_p1_plan_desc", [&] { return sdm_p1_plan_desc(plan, nullptr); });
                 break;
             }
             case 3: {
                 size_t bytes = 0;
-                expect(bad, checked(Call::Query, "sdm_p1_workspace_size", false,
-                                    [&] { return sdm_p1_workspace_size(nullptr, &bytes); }), "workspace_size(NULL)");
-                if (plan != nullptr) {
-                    expect(bad, checked(Call::Query, "sdm_p1_workspace_size", false,
-                                        [&] { return sdm_p1_workspace_size(plan, nullptr); }), "workspace_size(p, NULL)");
-                }
+                expect(bad, Call::Query, "sdm_p1_workspace_size", [&] { return sdm_p1_workspace_size(nullptr, &bytes); });
+                if (plan) expect(bad, Call::Query, "sdm_p1_workspace_size", [&] { return sdm_p1_workspace_size(plan, nullptr); });
                 break;
             }
             case 4:
-                expect(bad, checked(Call::Query, "sdm_p1_outputs", false,
-                                    [&] { return sdm_p1_outputs(nullptr, views, 3); }), "outputs(NULL)");
+                expect(bad, Call::Query, outputs, [&] { return sdm_p1_outputs(nullptr, views, 3); });
                 if (plan == nullptr) break;
-                expect(bad, checked(Call::Query, "sdm_p1_outputs", false,
-                                    [&] { return sdm_p1_outputs(plan, nullptr, 3); }), "outputs(p, NULL, 3)");
-                expect(bad, checked(Call::Query, "sdm_p1_outputs", false,
-                                    [&] { return sdm_p1_outputs(plan, views, -1); }), "outputs(p, v, -1)");
+                expect(bad, Call::Query, outputs, [&] { return sdm_p1_outputs(plan, nullptr, 3); });
+                expect(bad, Call::Query, outputs, [&] { return sdm_p1_outputs(plan, views, -1); });
                 break;
             case 5: {
                 // More views than fields: the ones past SDM_P1_FIELD_COUNT stay as they were.
                 std::memset(views, 0x5A, sizeof views);
                 if (plan == nullptr) break;
-                expect(SDM_P1_SUCCESS, checked(Call::Query, "sdm_p1_outputs", false, [&] {
-                           return sdm_p1_outputs(plan, views, SDM_P1_FIELD_COUNT + 8);
-                       }), "outputs(p, v, COUNT + 8)");
+                expect(SDM_P1_SUCCESS, Call::Query, outputs,
+                       [&] { return sdm_p1_outputs(plan, views, SDM_P1_FIELD_COUNT + 8); });
                 const auto* past = reinterpret_cast<const unsigned char*>(views + SDM_P1_FIELD_COUNT);
                 for (size_t i = 0; i < 8 * sizeof(sdm_p1_tensor); ++i) {
                     if (past[i] != 0x5A) broken("sdm_p1_outputs wrote past SDM_P1_FIELD_COUNT views");
                 }
                 break;
             }
-            case 6:
-                expect(bad, checked(Call::Execute, "sdm_p1_execute", false,
-                                    [&] { return sdm_p1_execute(nullptr, &in.in, nullptr, 0, nullptr); }),
-                       "execute(NULL plan)");
-                break;
+            case 6: expect(bad, Call::Execute, execute, [&] { return sdm_p1_execute(nullptr, &in.in, nullptr, 0, nullptr); }); break;
             case 7:
-                if (plan == nullptr) break;
-                expect(bad, checked(Call::Execute, "sdm_p1_execute", false,
-                                    [&] { return sdm_p1_execute(plan, nullptr, nullptr, 0, nullptr); }),
-                       "execute(p, NULL inputs)");
+                if (plan) expect(bad, Call::Execute, execute, [&] { return sdm_p1_execute(plan, nullptr, nullptr, 0, nullptr); });
                 break;
             case 8: {
                 if (plan == nullptr) break;
                 void* none[SDM_P1_FIELD_COUNT + 1] = {};
                 const int32_t counts[] = {-1, SDM_P1_FIELD_COUNT + 1, 3};
                 const int32_t count = counts[(arg >> 8) % 3];
-                void* const* outputs = count == 3 ? nullptr : none;   // 3 with NULL outputs
-                expect(bad, checked(Call::Execute, "sdm_p1_execute", false,
-                                    [&] { return sdm_p1_execute(plan, &in.in, outputs, count, nullptr); }),
-                       "execute(p, in, outputs, bad count)");
+                void* const* buffers = count == 3 ? nullptr : none;   // 3 with NULL outputs
+                expect(bad, Call::Execute, execute, [&] { return sdm_p1_execute(plan, &in.in, buffers, count, nullptr); });
                 break;
             }
             case 9:
-                expect(bad, checked(Call::ExecuteStatus, "sdm_p1_execute_status", false,
-                                    [&] { return sdm_p1_execute_status(nullptr); }), "execute_status(NULL)");
-                if (plan != nullptr) {
-                    expect(SDM_P1_SUCCESS, checked(Call::ExecuteStatus, "sdm_p1_execute_status", false,
-                                                   [&] { return sdm_p1_execute_status(plan); }),
-                           "execute_status on the CPU");
+                expect(bad, Call::ExecuteStatus, "sdm_p1_execute_status", [&] { return sdm_p1_execute_status(nullptr); });
+                if (plan) {
+                    expect(SDM_P1_SUCCESS, Call::ExecuteStatus, "sdm_p1_execute_status",
+                           [&] { return sdm_p1_execute_status(plan); });   // the CPU reports in execute
                 }
                 break;
             case 10:
-                expect(SDM_P1_SUCCESS, checked(Call::Destroy, "sdm_p1_plan_destroy", false,
-                                               [&] { return sdm_p1_plan_destroy(nullptr); }), "plan_destroy(NULL)");
+                expect(SDM_P1_SUCCESS, Call::Destroy, "sdm_p1_plan_destroy", [&] { return sdm_p1_plan_destroy(nullptr); });
                 if (sdm_p1_version_number() != SDM_P1_VERSION_NUMBER || sdm_p1_version_string() == nullptr) {
                     broken("the library's version is not the header's");
                 }
                 break;
             default: {
-                expect(bad, checked(Call::DeviceCount, "sdm_p1_cuda_device_count", false,
-                                    [&] { return sdm_p1_cuda_device_count(nullptr); }), "cuda_device_count(NULL)");
+                expect(bad, Call::DeviceCount, "sdm_p1_cuda_device_count", [&] { return sdm_p1_cuda_device_count(nullptr); });
                 int32_t devices = -1;
                 checked(Call::DeviceCount, "sdm_p1_cuda_device_count", false,
                         [&] { return sdm_p1_cuda_device_count(&devices); });
