@@ -69,13 +69,16 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     plan->views = describe_outputs(o);
     const size_t output_bytes = output_block_bytes(plan->views);
     size_t workspace_bytes = 0;
+    // The caller's allocator or the backend's default; the options keep it as given, which
+    // is what sdm_p1_plan_desc reports.
+    sdm_p1_allocator allocator = o.allocator;
     if (o.backend == SDM_P1_BACKEND_CPU) {
-        if (o.allocator.alloc == nullptr) o.allocator = default_allocator(o.backend);
+        if (allocator.alloc == nullptr) allocator = default_allocator(o.backend);
         workspace_bytes = cpu::workspace_bytes(o);
     } else {
 #if defined(SDM_P1_WITH_CUDA)
         o.device = cuda::resolve_device(o.device);
-        if (o.allocator.alloc == nullptr) o.allocator = cuda::default_allocator();
+        if (allocator.alloc == nullptr) allocator = cuda::default_allocator();
 #else
         no_cuda();
 #endif
@@ -91,9 +94,9 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
 #endif
     if (workspace_bytes > kMaxBytes) too_large("the workspace");
     const size_t align = required_alignment(o.backend);
-    plan->workspace = Block(o.allocator, workspace_bytes, align);
+    plan->workspace = Block(allocator, workspace_bytes, align);
     if (o.output_mode == SDM_P1_OUTPUTS_PLAN) {
-        plan->outputs = Block(o.allocator, output_bytes, align);
+        plan->outputs = Block(allocator, output_bytes, align);
         char* p = static_cast<char*>(plan->outputs.data());
         for (sdm_p1_tensor& v : plan->views) {
             if (!v.requested) continue;

@@ -209,6 +209,7 @@ static void test_resolved_desc_and_views(void) {
     CHECK(r.det_fields == SDM_P1_DET_SHIPPED && r.rec_tile == 128 && r.valid_last == 6);
     CHECK(r.backend == SDM_P1_BACKEND_CPU && r.num_threads >= 1 && r.num_threads <= TN);
     CHECK(r.need_read_groups == 0);
+    CHECK(r.allocator.ctx == NULL && r.allocator.alloc == NULL && r.allocator.free == NULL); /* as given */
     size_t ws = 0;
     CHECK(sdm_p1_workspace_size(plan, &ws) == SDM_P1_SUCCESS && ws > 0);
 

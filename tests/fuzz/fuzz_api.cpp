@@ -163,6 +163,11 @@ private:
             broken("sdm_p1_plan_desc wrote past the fields this library knows");
         }
         p.resolved = r.desc;
+        const sdm_p1_allocator given = request(p.threads).allocator;
+        if (p.resolved.allocator.ctx != given.ctx || p.resolved.allocator.alloc != given.alloc ||
+            p.resolved.allocator.free != given.free) {
+            broken("sdm_p1_plan_desc does not report the allocator as given");
+        }
         if (p.resolved.backend != SDM_P1_BACKEND_CPU) {
             destroy(p);   // AUTO found a GPU: this harness runs host memory only
             p.created = SDM_P1_ERROR_BACKEND_UNAVAILABLE;
