@@ -4,7 +4,11 @@
 #   ./run.sh test    install what is missing, build, run every test (C/C++, Python against the
 #                    installed wheel, Rust) and lint
 #   ./run.sh build   install what is missing and build only
+#   ./run.sh abi-baseline   build, then write abi/libsdmp1.abi from the library (after a
+#                    reviewed ABI change; see abi/libsdmp1.abignore)
 # The build goes to ./build (Meson + Ninja). Set SDMP1_BUILD_DIR to use another folder.
+# SDMP1_SANITIZE=0 skips the sanitizer builds of `test` (ASan + UBSan, TSan, fuzzing);
+# SDMP1_FUZZ_SECONDS sets how long it fuzzes (default 120).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -12,6 +16,17 @@ build="${SDMP1_BUILD_DIR:-$root/build}"
 python="${PYTHON:-python3}"
 
 step() { printf '\n== %s\n' "$*"; }
+
+# Installs the given Debian packages (the caller found them missing), or says how to.
+apt_install() {
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "run.sh: missing $*; install them (Debian: apt-get install $*)" >&2
+        exit 1
+    fi
+    step "installing Debian packages: $*"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
 
 # Debian packages for a compiler toolchain and Ninja, installed only where missing.
 install_system_packages() {
@@ -24,14 +39,20 @@ install_system_packages() {
     if command -v "$python" >/dev/null 2>&1 && ! "$python" -c 'import ensurepip' 2>/dev/null; then
         missing+=(python3-venv)   # Debian splits venv (and its pip) from python3
     fi
-    [ ${#missing[@]} -eq 0 ] && return 0
-    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "run.sh: missing ${missing[*]}; install them (Debian: apt-get install ${missing[*]})" >&2
-        exit 1
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+}
+
+# The tools of the test job beyond the build's, from Debian, only where missing: clang and
+# its libFuzzer runtime (fuzzing), abigail-tools (the ABI check).
+install_test_tools() {
+    local missing=()
+    command -v clang++ >/dev/null 2>&1 || missing+=(clang)
+    if ! command -v clang++ >/dev/null 2>&1 ||
+        [ ! -f "$(clang++ -print-file-name="libclang_rt.fuzzer-$(uname -m).a")" ]; then
+        missing+=(libclang-rt-dev)
     fi
-    step "installing Debian packages: ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+    command -v abidiff >/dev/null 2>&1 || missing+=(abigail-tools)
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 }
 
 # A Python that pip may install into: the given one, or a virtual environment in ./.venv
@@ -74,8 +95,10 @@ build() {
     if [ ! -f "$build/build.ninja" ]; then
         # Where nvcc works the CUDA backend is built (cuda=auto), its kernels for the
         # architectures in SDMP1_GPU_ARCH (default sm_90, the H200: one architecture keeps a
-        # 2-core build short; 'release' gives sm_80, sm_90, sm_100 and PTX).
-        meson_cmd setup "$build" "$root" --buildtype=release -Dgpu_arch="${SDMP1_GPU_ARCH:-90}"
+        # 2-core build short; 'release' gives sm_80, sm_90, sm_100 and PTX). Debug info (the
+        # same code, -O3 and NDEBUG as release) gives the ABI check the public types.
+        meson_cmd setup "$build" "$root" --buildtype=release -Ddebug=true -Db_ndebug=true \
+            -Dgpu_arch="${SDMP1_GPU_ARCH:-90}"
     fi
     local t0=$SECONDS
     meson_cmd compile -C "$build"
@@ -103,15 +126,7 @@ rust_cargo() {
 # The Rust crates: tests (with the check that the committed bindings are what bindgen makes
 # of the header, so the bindgen CLI is installed where missing), clippy and rustfmt.
 rust_tests() {
-    if ! command -v bindgen >/dev/null 2>&1; then
-        if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-            echo "run.sh: missing bindgen; install it (Debian: apt-get install bindgen)" >&2
-            exit 1
-        fi
-        step "installing Debian packages: bindgen"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bindgen
-    fi
+    command -v bindgen >/dev/null 2>&1 || apt_install bindgen
     step "Rust tests (cargo test), clippy and rustfmt in bindings/rust"
     rust_cargo test --offline
     rust_cargo clippy --offline --all-targets -- -D warnings
@@ -131,6 +146,7 @@ rust_static_tests() {
 
 test_job() {
     build
+    install_test_tools
     step "lint: the public header as C99 with -pedantic -Werror"
     echo '#include "sdm/phase1.h"' |
         cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -I"$build/include" -x c -
@@ -153,12 +169,15 @@ test_job() {
         $(PKG_CONFIG_PATH="$pcdir" PKG_CONFIG_SYSROOT_DIR="$stage" pkg-config --cflags --libs sdmp1)
     LD_LIBRARY_PATH=$(dirname "$(find "$stage" -name 'libsdmp1.so.1' | head -1)") "$stage/phase1_cpu" >/dev/null
     rm -rf "$stage"
+    abi_check
     step "C/C++ tests (meson test)"
     meson_cmd test -C "$build" --print-errorlogs
     wheel_tests
     rust_tests
     if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
         sanitized_tests
+        thread_sanitized_tests
+        fuzz_tests
     fi
 }
 
@@ -186,6 +205,86 @@ wheel_tests() {
     echo "wheel: built, installed and tested in $((SECONDS - t0)) s"
 }
 
+# The ABI of the public header's types and symbols as abidw sees them in the library's debug
+# info (the opaque plan type left out, abi/libsdmp1.abignore), written to $2.
+abi_dump() {
+    abidw --headers-dir "$root/include/sdm" --suppressions "$root/abi/libsdmp1.abignore" \
+        --drop-private-types --exported-interfaces-only --no-corpus-path --no-comp-dir-path \
+        --no-show-locs --no-elf-needed --type-id-style hash --out-file "$2" "$1"
+}
+
+# The library's ABI against the committed one of the last release (abi/libsdmp1.abi): any
+# change to a public type or symbol (abidiff's bit 4, or 8: incompatible) fails.
+abi_check() {
+    step "ABI: abidiff of libsdmp1.so against abi/libsdmp1.abi"
+    if ! readelf -S "$build/libsdmp1.so" | grep -q '\.debug_info'; then
+        # A build folder set up before the build carried debug info.
+        meson_cmd configure "$build" -Ddebug=true -Db_ndebug=true
+        meson_cmd compile -C "$build"
+    fi
+    local current rc=0
+    current=$(mktemp)
+    abi_dump "$build/libsdmp1.so" "$current"
+    abidiff --suppressions "$root/abi/libsdmp1.abignore" "$root/abi/libsdmp1.abi" "$current" || rc=$?
+    rm -f "$current"
+    if [ $((rc & 12)) -ne 0 ]; then
+        echo "run.sh: the ABI changed (abidiff exit $rc, above). Keep it, or, for a reviewed change that" \
+            "old callers survive, regenerate the baseline: ./run.sh abi-baseline" >&2
+        exit 1
+    elif [ $rc -ne 0 ]; then
+        echo "run.sh: abidiff failed (exit $rc)" >&2
+        exit 1
+    fi
+    echo "ABI: no change to the public types and symbols"
+}
+
+abi_baseline_job() {
+    build
+    install_test_tools
+    abi_dump "$build/libsdmp1.so" "$root/abi/libsdmp1.abi"
+    echo "wrote abi/libsdmp1.abi; commit it with abidiff's report of the change"
+}
+
+# The threaded tests against a ThreadSanitizer build (host code): 16 threads creating,
+# executing and destroying plans, and the CPU backend's own worker threads.
+thread_sanitized_tests() {
+    local tsan="$build-tsan"
+    step "threaded tests under ThreadSanitizer (test_threads, test_cpu)"
+    if [ ! -f "$tsan/build.ninja" ]; then
+        meson_cmd setup "$tsan" "$root" --buildtype=debugoptimized -Dcuda=disabled \
+            -Db_sanitize=thread -Db_lundef=false
+    fi
+    meson_cmd compile -C "$tsan" tests/test_threads tests/test_cpu
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/test_threads"
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/test_cpu"
+}
+
+# The libFuzzer harness tests/fuzz/fuzz_api.cpp for a bounded time, from the committed seed
+# corpus, under ASan + UBSan (clang, host code). A crash, a sanitizer report, a broken promise
+# of the API (an undocumented status, a message missing, 1-thread and n-thread bits that
+# differ, ...) or an input running over 10 s fails, leaving the input to replay.
+fuzz_tests() {
+    local fuzz="$build-fuzz" seconds="${SDMP1_FUZZ_SECONDS:-120}" work rc=0
+    step "fuzzing: tests/fuzz/fuzz_api for $seconds s under ASan + UBSan"
+    if [ ! -f "$fuzz/build.ninja" ]; then
+        CC=clang CXX=clang++ meson_cmd setup "$fuzz" "$root" --buildtype=debugoptimized \
+            -Dcuda=disabled -Dfuzzing=true -Db_sanitize=address,undefined -Db_lundef=false
+    fi
+    meson_cmd compile -C "$fuzz" tests/fuzz/fuzz_api
+    work=$(mktemp -d)   # new inputs go here: the committed seeds stay as they are
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$fuzz/tests/fuzz/fuzz_api" \
+        -max_total_time="$seconds" -timeout=10 -print_final_stats=1 -artifact_prefix="$work/" \
+        "$work" "$root/tests/fuzz/corpus" >"$work/log" 2>&1 || rc=$?
+    if [ $rc -ne 0 ]; then
+        tail -n 60 "$work/log"
+        echo "run.sh: fuzzing failed (exit $rc); replay: $fuzz/tests/fuzz/fuzz_api $work/<crash-, leak- or timeout- file>" >&2
+        exit 1
+    fi
+    grep -E '^#[0-9]+[[:space:]]+DONE' "$work/log" | tail -n 1
+    grep -E 'stat::number_of_executed_units' "$work/log"
+    rm -rf "$work"
+}
+
 # The same tests against a build with AddressSanitizer and UndefinedBehaviorSanitizer: no
 # out-of-bounds access, leak or undefined behaviour on any path the tests take.
 sanitized_tests() {
@@ -211,8 +310,9 @@ case "${1:-}" in
     main) main_job ;;
     test) test_job ;;
     build) build ;;
+    abi-baseline) abi_baseline_job ;;
     *)
-        echo "usage: $0 main|test|build" >&2
+        echo "usage: $0 main|test|build|abi-baseline" >&2
         exit 2
         ;;
 esac

@@ -1,5 +1,6 @@
 // The C API boundary: every exported function. Nothing thrown inside crosses it: errors
 // become status codes and the calling thread's last-error message.
+#include <cstring>
 #include <exception>
 #include <new>
 
@@ -51,7 +52,12 @@ unsigned sdm_p1_version_number(void) { return SDM_P1_VERSION_NUMBER; }
 const char* sdm_p1_version_string(void) { return kVersionString; }
 
 const char* sdm_p1_status_string(sdm_p1_status status) {
-    switch (status) {
+    // A C caller may pass any int; C++ may not load an enum outside its values, so the value
+    // is read as the int it is.
+    static_assert(sizeof(sdm_p1_status) == sizeof(int), "the enum is passed as an int");
+    int value = 0;
+    std::memcpy(&value, &status, sizeof value);
+    switch (value) {
         case SDM_P1_SUCCESS: return "SDM_P1_SUCCESS";
         case SDM_P1_ERROR_INVALID_ARGUMENT: return "SDM_P1_ERROR_INVALID_ARGUMENT";
         case SDM_P1_ERROR_UNSUPPORTED: return "SDM_P1_ERROR_UNSUPPORTED";
@@ -84,7 +90,7 @@ sdm_p1_status sdm_p1_plan_desc(const sdm_p1_plan* plan, sdm_p1_desc* desc) {
     return guarded([&] {
         require_plan(plan, "sdm_p1_plan_desc");
         if (desc == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_desc: desc is NULL");
-        *desc = sdm_p1::describe_options(plan->options);
+        sdm_p1::report_options(plan->options, desc);
     });
 }
 

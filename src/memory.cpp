@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "checked_size.h"
 #include "errors.h"
 
 namespace sdm_p1 {
@@ -13,7 +14,10 @@ namespace {
 constexpr size_t kHostAlign = 64;
 
 int host_alloc(void*, void** ptr, size_t bytes, void*) {
-    *ptr = std::aligned_alloc(kHostAlign, (bytes + kHostAlign - 1) / kHostAlign * kHostAlign);
+    // aligned_alloc wants a multiple of the alignment; a size that cannot be rounded fails.
+    size_t rounded = 0;
+    if (!add_within(bytes, kHostAlign - 1, &rounded)) return 1;
+    *ptr = std::aligned_alloc(kHostAlign, rounded / kHostAlign * kHostAlign);
     return *ptr == nullptr ? 1 : 0;
 }
 

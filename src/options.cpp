@@ -1,11 +1,13 @@
 #include "options.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "cuda/cuda_backend.h"
 #include "errors.h"
 #include "phase1_shared.h"
+#include "versioned_struct.h"
 
 namespace sdm_p1 {
 
@@ -50,12 +52,12 @@ Options resolve_options(const sdm_p1_desc* desc) {
              "sdm_p1_plan_create: desc was not filled from SDM_P1_DESC_INITIALIZER (struct_size ",
              desc->struct_size, ", magic ", desc->magic, ")");
     }
-    if (desc->struct_size != sizeof(sdm_p1_desc) || desc->version / 10000 != SDM_P1_VERSION_MAJOR) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_create: desc of version ", desc->version,
-             " and size ", desc->struct_size, " does not match this library (version ",
-             SDM_P1_VERSION_NUMBER, ", size ", sizeof(sdm_p1_desc), ")");
+    if (desc->version / 10000 != SDM_P1_VERSION_MAJOR) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_create: desc->version = ", desc->version,
+             " is of another major version than this library (", SDM_P1_VERSION_NUMBER, ")");
     }
-    const sdm_p1_desc& d = *desc;
+    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;   // the defaults of fields an older caller lacks
+    read_struct(desc, desc->struct_size, &d, kDescLayout);
     Options o{};
 
     require(d.N >= 1, "N", d.N, "needs at least one chunk");
@@ -180,6 +182,9 @@ Options resolve_options(const sdm_p1_desc* desc) {
     return o;
 }
 
+namespace {
+
+// The descriptor of resolved options.
 sdm_p1_desc describe_options(const Options& o) {
     sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
     d.N = o.N;
@@ -202,6 +207,18 @@ sdm_p1_desc describe_options(const Options& o) {
     d.output_mode = o.output_mode;
     d.allocator = o.allocator;
     return d;
+}
+
+}  // namespace
+
+void report_options(const Options& o, sdm_p1_desc* out) {
+    // A descriptor filled from the initializer says how much room it has; one that was not
+    // (1.1 allowed that) has at least the 1.0 layout.
+    const bool sized = out->magic == SDM_P1_DESC_MAGIC && out->struct_size >= kDescLayout.oldest_bytes;
+    const size_t n = bytes_to_write(sized ? out->struct_size : kDescLayout.oldest_bytes, kDescLayout);
+    sdm_p1_desc d = describe_options(o);
+    d.struct_size = static_cast<uint32_t>(n);
+    std::memcpy(out, &d, n);
 }
 
 }  // namespace sdm_p1

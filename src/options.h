@@ -35,8 +35,10 @@ struct Options {
 // Validates the descriptor and resolves its unset fields; throws Error naming the field.
 Options resolve_options(const sdm_p1_desc* desc);
 
-// The descriptor of resolved options (what sdm_p1_plan_desc reports).
-sdm_p1_desc describe_options(const Options& opt);
+// Writes the resolved options to a caller's descriptor (sdm_p1_plan_desc): as many bytes as
+// its struct_size says it has room for (by the header's struct-size rule), with struct_size
+// set to the bytes written.
+void report_options(const Options& opt, sdm_p1_desc* out);
 
 }  // namespace sdm_p1
 

@@ -1,5 +1,9 @@
 #include "outputs.h"
 
+#include <string>
+
+#include "checked_size.h"
+
 namespace sdm_p1 {
 
 namespace {
@@ -14,6 +18,13 @@ size_t dtype_bytes(int32_t dtype) {
     }
 }
 
+// "[d0, d1]" for a view of two dimensions, and so on (for messages).
+std::string shape_text(const sdm_p1_tensor& t) {
+    std::string s = "[";
+    for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+    return s + "]";
+}
+
 sdm_p1_tensor view(const char* name, int32_t dtype, bool requested, int ndim, int64_t d0,
                    int64_t d1 = 0, int64_t d2 = 0) {
     sdm_p1_tensor t{};
@@ -25,9 +36,16 @@ sdm_p1_tensor view(const char* name, int32_t dtype, bool requested, int ndim, in
     t.shape[0] = d0;
     t.shape[1] = d1;
     t.shape[2] = d2;
-    size_t count = 1;
-    for (int i = 0; i < ndim; ++i) count *= static_cast<size_t>(t.shape[i]);
-    t.bytes = count * dtype_bytes(dtype);
+    // Every dimension is positive (the options are validated), so only the product can
+    // overflow; a field past kMaxBytes refuses the plan, naming the field and its shape.
+    size_t bytes = dtype_bytes(dtype);
+    for (int i = 0; i < ndim; ++i) {
+        if (!mul_within(bytes, static_cast<size_t>(t.shape[i]), &bytes)) {
+            too_large("output '", name, "' of shape ", shape_text(t), " and ", dtype_bytes(dtype),
+                      "-byte elements");
+        }
+    }
+    t.bytes = bytes;
     return t;
 }
 

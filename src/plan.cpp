@@ -3,8 +3,10 @@
 #include <cstdint>
 #include <memory>
 
+#include "checked_size.h"
 #include "cpu/cpu_backend.h"
 #include "errors.h"
+#include "versioned_struct.h"
 
 namespace sdm_p1 {
 
@@ -12,7 +14,17 @@ namespace {
 
 constexpr size_t kOutputAlign = 256;
 
-size_t align_up(size_t b) { return (b + kOutputAlign - 1) / kOutputAlign * kOutputAlign; }
+// The plan's one block of outputs: each requested field at a multiple of kOutputAlign. Each
+// input (ids of at most 8 bytes an entry) is smaller than the outputs together (log_k or
+// log_q, rex or q_w, and the payload row), so this also bounds the inputs.
+size_t output_block_bytes(const OutputViews& views) {
+    size_t total = 0;
+    for (const sdm_p1_tensor& v : views) {
+        const size_t field = checked_align_up(v.bytes, kOutputAlign, "output '", v.name, "'");
+        total = checked_add(total, field, "the outputs together (", v.name, " and the fields before it)");
+    }
+    return total;
+}
 
 #if !defined(SDM_P1_WITH_CUDA)
 [[noreturn]] void no_cuda() {
@@ -53,17 +65,19 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     plan->options = resolve_options(desc);
     Options& o = plan->options;
     plan->views = describe_outputs(o);
-    size_t output_bytes = 0;
-    for (const sdm_p1_tensor& v : plan->views) output_bytes += align_up(v.bytes);
+    const size_t output_bytes = output_block_bytes(plan->views);
     size_t workspace_bytes = 0;
+    // The caller's allocator or the backend's default; the options keep it as given, which
+    // is what sdm_p1_plan_desc reports.
+    sdm_p1_allocator allocator = o.allocator;
     if (o.backend == SDM_P1_BACKEND_CPU) {
-        if (o.allocator.alloc == nullptr) o.allocator = default_allocator(o.backend);
+        if (allocator.alloc == nullptr) allocator = default_allocator(o.backend);
         workspace_bytes = cpu::workspace_bytes(o);
         plan->workers = std::make_unique<cpu::WorkerPool>(o.num_threads - 1);
     } else {
 #if defined(SDM_P1_WITH_CUDA)
         o.device = cuda::resolve_device(o.device);
-        if (o.allocator.alloc == nullptr) o.allocator = cuda::default_allocator();
+        if (allocator.alloc == nullptr) allocator = cuda::default_allocator();
 #else
         no_cuda();
 #endif
@@ -77,41 +91,40 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
         workspace_bytes = plan->cuda.workspace_bytes;
     }
 #endif
+    if (workspace_bytes > kMaxBytes) too_large("the workspace");
     const size_t align = required_alignment(o.backend);
-    plan->workspace = Block(o.allocator, workspace_bytes, align);
+    plan->workspace = Block(allocator, workspace_bytes, align);
     if (o.output_mode == SDM_P1_OUTPUTS_PLAN) {
-        plan->outputs = Block(o.allocator, output_bytes, align);
+        plan->outputs = Block(allocator, output_bytes, align);
         char* p = static_cast<char*>(plan->outputs.data());
         for (sdm_p1_tensor& v : plan->views) {
             if (!v.requested) continue;
             v.data = p;
-            p += align_up(v.bytes);
+            p += checked_align_up(v.bytes, kOutputAlign, "output '", v.name, "'");
         }
     }
     return plan.release();
 }
 
-void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outputs, int32_t count,
-                  void* stream) {
+void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const* outputs,
+                  int32_t count, void* stream) {
     const Options& o = plan.options;
-    if (in == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs is NULL");
-    if (in->struct_size != sizeof(sdm_p1_inputs)) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->struct_size = ", in->struct_size,
-             ", expected ", sizeof(sdm_p1_inputs), " (fill it from SDM_P1_INPUTS_INITIALIZER)");
-    }
+    if (caller_in == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs is NULL");
+    sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;   // the defaults of fields an older caller lacks
+    read_struct(caller_in, caller_in->struct_size, &in, kInputsLayout);
     const size_t idx = o.idx64 ? 8 : 4, val = o.bf16 ? 2 : 4;
-    require_input(in->k_idx, idx, "k_idx");
-    require_input(in->q_idx, idx, "q_idx");
-    require_input(in->k_val, val, "k_val");
-    require_input(in->q_val, val, "q_val");
-    require_input(in->g, 4, "g");
+    require_input(in.k_idx, idx, "k_idx");
+    require_input(in.q_idx, idx, "q_idx");
+    require_input(in.k_val, val, "k_val");
+    require_input(in.q_val, val, "q_val");
+    require_input(in.g, 4, "g");
     if (o.has(SDM_P1_DET_KSPA)) {
-        if (in->beta == nullptr) {
+        if (in.beta == nullptr) {
             fail(SDM_P1_ERROR_INVALID_ARGUMENT,
                  "sdm_p1_execute: det_fields asks for kspa (SDM_P1_DET_KSPA), which needs beta, but "
                  "inputs->beta is NULL");
         }
-        require_input(in->beta, 4, "beta");
+        require_input(in.beta, 4, "beta");
     }
 
     // The output buffers, by field.
@@ -138,13 +151,13 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* in, void* const* outpu
         }
     }
     if (o.backend == SDM_P1_BACKEND_CPU) {
-        cpu::execute(o, *in, output_buffers(buffers), plan.workspace.data(), *plan.workers);
+        cpu::execute(o, in, output_buffers(buffers), plan.workspace.data(), *plan.workers);
         return;
     }
 #if defined(SDM_P1_WITH_CUDA)
     const cuda::DeviceGuard guard(o.device);   // current for the checks' driver queries too
-    require_device_memory(plan, *in, outputs, count);
-    cuda::execute(o, plan.cuda, *in, output_buffers(buffers), plan.workspace.data(), stream);
+    require_device_memory(plan, in, outputs, count);
+    cuda::execute(o, plan.cuda, in, output_buffers(buffers), plan.workspace.data(), stream);
     plan.executed = true;
 #else
     (void)stream;

@@ -1,7 +1,9 @@
 /* The C API as a C99 caller sees it: versions, statuses, every descriptor and execute error,
- * allocators, output modes and views, and a hand-worked chunk. */
+ * allocators, output modes and views, structs of other header versions (the struct-size
+ * rule), sizes at the limits of size_t and ptrdiff_t, and a hand-worked chunk. */
 #define _POSIX_C_SOURCE 200809L   /* sysconf */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,11 +67,11 @@ static sdm_p1_inputs problem_inputs(const Problem* p) {
     return in;
 }
 
-/* Creating a plan from d fails with `want` and a message containing `needle`. */
-static void expect_create_fails(sdm_p1_desc d, sdm_p1_status want, const char* needle,
-                                const char* what) {
+/* Creating a plan from *d fails with `want` and a message containing `needle`. */
+static void expect_create_fails_at(const sdm_p1_desc* d, sdm_p1_status want, const char* needle,
+                                   const char* what) {
     sdm_p1_plan* plan = (sdm_p1_plan*)&plan; /* any non-NULL value: must be reset to NULL */
-    const sdm_p1_status s = sdm_p1_plan_create(&plan, &d);
+    const sdm_p1_status s = sdm_p1_plan_create(&plan, d);
     CHECK_MSG(s == want, what);
     CHECK_MSG(plan == NULL, what);
     CHECK_MSG(strstr(sdm_p1_last_error(), needle) != NULL, what);
@@ -79,19 +81,27 @@ static void expect_create_fails(sdm_p1_desc d, sdm_p1_status want, const char* n
     if (s == SDM_P1_SUCCESS) sdm_p1_plan_destroy(plan);
 }
 
+static void expect_create_fails(sdm_p1_desc d, sdm_p1_status want, const char* needle,
+                                const char* what) {
+    expect_create_fails_at(&d, want, needle, what);
+}
+
 /* A counting allocator: every block it gives out must come back. */
 typedef struct Counter {
     int live;
     int calls;
     size_t bytes;
     int fail;
-    int misalign; /* hand out blocks 8 bytes past malloc's */
+    int misalign;   /* hand out blocks 8 bytes past malloc's */
+    size_t limit;   /* refuse blocks larger than this (0: no limit) */
+    size_t largest; /* the largest block asked for */
 } Counter;
 
 static int counting_alloc(void* ctx, void** ptr, size_t bytes, void* stream) {
     Counter* c = (Counter*)ctx;
     (void)stream;
-    if (c->fail) return 1;
+    if (bytes > c->largest) c->largest = bytes;
+    if (c->fail || (c->limit != 0 && bytes > c->limit)) return 1;
     char* p = (char*)malloc(bytes + 8);
     if (p == NULL) return 1;
     *ptr = p + (c->misalign ? 8 : 0);
@@ -183,7 +193,6 @@ static void test_descriptor_errors(void) {
     expect_create_fails(d, status, needle, #field " = " #value)
     BAD(magic, 0u, SDM_P1_ERROR_INVALID_ARGUMENT, "SDM_P1_DESC_INITIALIZER");
     BAD(struct_size, 8u, SDM_P1_ERROR_INVALID_ARGUMENT, "SDM_P1_DESC_INITIALIZER");
-    BAD(struct_size, (uint32_t)sizeof(sdm_p1_desc) + 8u, SDM_P1_ERROR_INVALID_ARGUMENT, "size");
     BAD(version, 20000u, SDM_P1_ERROR_INVALID_ARGUMENT, "version");
     BAD(N, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "N = 0");
     BAD(C, 0, SDM_P1_ERROR_INVALID_ARGUMENT, "C = 0");
@@ -252,6 +261,7 @@ static void test_resolved_desc_and_views(void) {
     CHECK(r.det_fields == SDM_P1_DET_SHIPPED && r.rec_tile == 128 && r.valid_last == 6);
     CHECK(r.backend == SDM_P1_BACKEND_CPU && r.num_threads >= 1 && r.num_threads <= TN);
     CHECK(r.need_read_groups == 0);
+    CHECK(r.allocator.ctx == NULL && r.allocator.alloc == NULL && r.allocator.free == NULL); /* as given */
     size_t ws = 0;
     CHECK(sdm_p1_workspace_size(plan, &ws) == SDM_P1_SUCCESS && ws > 0);
 
@@ -377,7 +387,7 @@ static void test_allocator_and_output_modes(void) {
     static Problem p;
     fill_problem(&p);
     const sdm_p1_inputs in = problem_inputs(&p);
-    Counter counter = {0, 0, 0, 0, 0};
+    Counter counter = {0, 0, 0, 0, 0, 0, 0};
     sdm_p1_desc d = problem_desc();
     d.det_fields = SDM_P1_DET_ALL;
     d.allocator.ctx = &counter;
@@ -427,6 +437,182 @@ static void test_allocator_and_output_modes(void) {
     CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_ERROR_OUT_OF_MEMORY && plan == NULL);
     CHECK(strstr(sdm_p1_last_error(), "allocator") != NULL);
     CHECK(counter.live == 0);
+}
+
+/* ---- the struct-size rule: structs of a newer header (longer) ------------------------- */
+
+/* What a caller compiled against a newer header passes: the struct of this header followed
+ * by fields this library does not know, zero while the caller leaves them at their defaults. */
+typedef struct NewerDesc {
+    sdm_p1_desc desc;
+    int64_t newer[2];
+} NewerDesc;
+
+typedef struct NewerInputs {
+    sdm_p1_inputs in;
+    const void* newer[2];
+} NewerInputs;
+
+/* Every requested output of two plans, byte for byte. */
+static int same_outputs(const sdm_p1_plan* x, const sdm_p1_plan* y) {
+    sdm_p1_tensor vx[SDM_P1_FIELD_COUNT], vy[SDM_P1_FIELD_COUNT];
+    int same = sdm_p1_outputs(x, vx, SDM_P1_FIELD_COUNT) == SDM_P1_SUCCESS &&
+               sdm_p1_outputs(y, vy, SDM_P1_FIELD_COUNT) == SDM_P1_SUCCESS;
+    for (int f = 0; same && f < SDM_P1_FIELD_COUNT; ++f) {
+        same = vx[f].requested == vy[f].requested && vx[f].bytes == vy[f].bytes &&
+               (!vx[f].requested || memcmp(vx[f].data, vy[f].data, vx[f].bytes) == 0);
+    }
+    return same;
+}
+
+/* The offset of the first non-zero byte in the representation of a non-NULL pointer. */
+static size_t first_set_byte(const void* const* p) {
+    const unsigned char* b = (const unsigned char*)p;
+    size_t i = 0;
+    while (i < sizeof *p && b[i] == 0) ++i;
+    return i;
+}
+
+/* "byte <offset> is set", as the library names the first unknown byte a caller set. */
+static int names_byte(size_t offset) {
+    char needle[64];
+    snprintf(needle, sizeof needle, "byte %u is set", (unsigned)offset);
+    return strstr(sdm_p1_last_error(), needle) != NULL;
+}
+
+static void test_struct_sizes(void) {
+    static Problem p;
+    fill_problem(&p);
+    const size_t desc_10 = offsetof(sdm_p1_desc, allocator) + sizeof(sdm_p1_allocator);
+    const size_t inputs_10 = offsetof(sdm_p1_inputs, beta) + sizeof(const float*);
+    sdm_p1_plan *plain = NULL, *newer = NULL;
+    const sdm_p1_desc d = problem_desc();
+    const sdm_p1_inputs in = problem_inputs(&p);
+    CHECK(sdm_p1_plan_create(&plain, &d) == SDM_P1_SUCCESS);
+    CHECK(sdm_p1_execute(plain, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+
+    /* A newer caller's longer descriptor: its unknown bytes zero, the same plan. */
+    NewerDesc nd;
+    memset(&nd, 0, sizeof nd);
+    nd.desc = d;
+    nd.desc.struct_size = (uint32_t)sizeof nd;
+    CHECK(sdm_p1_plan_create(&newer, &nd.desc) == SDM_P1_SUCCESS);
+    CHECK(sdm_p1_execute(newer, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+    CHECK(same_outputs(plain, newer));
+    sdm_p1_plan_destroy(newer);
+    /* ... and refused, naming the byte, once it sets a field this library lacks. */
+    ((unsigned char*)&nd.newer[1])[2] = 1;
+    expect_create_fails_at(&nd.desc, SDM_P1_ERROR_INVALID_ARGUMENT, "past the", "newer desc, set");
+    CHECK(names_byte(sizeof(sdm_p1_desc) + 8 + 2));
+    /* Shorter than the 1.0 layout: no header ever had it. */
+    nd.desc.struct_size = (uint32_t)desc_10 - 8;
+    expect_create_fails_at(&nd.desc, SDM_P1_ERROR_INVALID_ARGUMENT, "oldest layout", "desc below 1.0");
+
+    /* The same for the inputs of an execute. */
+    NewerInputs ni;
+    memset(&ni, 0, sizeof ni);
+    ni.in = in;
+    ni.in.struct_size = (uint32_t)sizeof ni;
+    CHECK(sdm_p1_plan_create(&newer, &d) == SDM_P1_SUCCESS);
+    CHECK(sdm_p1_execute(newer, &ni.in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+    CHECK(same_outputs(plain, newer));
+    ni.newer[0] = &ni;
+    CHECK(sdm_p1_execute(newer, &ni.in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "inputs->struct_size") != NULL);
+    CHECK(names_byte(sizeof(sdm_p1_inputs) + first_set_byte(&ni.newer[0])));
+    ni.newer[0] = NULL;
+    ni.in.struct_size = (uint32_t)inputs_10 - 8;
+    CHECK(sdm_p1_execute(newer, &ni.in, NULL, 0, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "oldest layout") != NULL);
+
+    /* sdm_p1_plan_desc writes the fields this library knows, never past them, and says how
+     * many bytes it wrote; a descriptor not filled from the initializer gets the 1.0 layout. */
+    memset(&nd, 0xAB, sizeof nd);
+    nd.desc.magic = SDM_P1_DESC_MAGIC;
+    nd.desc.struct_size = (uint32_t)sizeof nd;
+    CHECK(sdm_p1_plan_desc(newer, &nd.desc) == SDM_P1_SUCCESS);
+    CHECK(nd.desc.struct_size == sizeof(sdm_p1_desc) && nd.desc.N == TN && nd.desc.valid_last == 6);
+    CHECK(nd.newer[0] == (int64_t)0xABABABABABABABABull && nd.newer[1] == nd.newer[0]);
+    memset(&nd, 0xAB, sizeof nd);
+    CHECK(sdm_p1_plan_desc(newer, &nd.desc) == SDM_P1_SUCCESS);
+    CHECK(nd.desc.struct_size == desc_10 && nd.desc.N == TN && nd.desc.magic == SDM_P1_DESC_MAGIC);
+    CHECK(nd.newer[0] == (int64_t)0xABABABABABABABABull);
+    sdm_p1_plan_destroy(newer);
+    sdm_p1_plan_destroy(plain);
+}
+
+/* ---- sizes at the limits of size_t and ptrdiff_t -------------------------------------- */
+
+/* N chunks of C tokens writing and reading one slot each, one worker thread. */
+static sdm_p1_desc limit_desc(int64_t N, int64_t C, int32_t output_mode) {
+    sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
+    d.N = N;
+    d.C = C;
+    d.W = 1;
+    d.R = 1;
+    d.num_keys = 16;
+    d.backend = SDM_P1_BACKEND_CPU;
+    d.num_threads = 1;
+    d.output_mode = output_mode;
+    return d;
+}
+
+static size_t element_bytes(int32_t dtype) {
+    return dtype == SDM_P1_DTYPE_INT8 ? 1 : dtype == SDM_P1_DTYPE_BFLOAT16 ? 2 : dtype == SDM_P1_DTYPE_INT64 ? 8 : 4;
+}
+
+static void test_size_limits(void) {
+    const int64_t two62 = (int64_t)1 << 62, two40 = (int64_t)1 << 40;
+    /* Blocks up to 1 MiB (the workspace) are served, larger ones (the outputs) refused. */
+    Counter refuser = {0, 0, 0, 0, 0, (size_t)1 << 20, 0};
+    sdm_p1_desc d;
+
+    /* N = 2^62, C = 2: a is 2^66 bytes. Refused before anything is allocated. */
+    d = limit_desc(two62, 2, SDM_P1_OUTPUTS_PLAN);
+    d.allocator.ctx = &refuser;
+    d.allocator.alloc = counting_alloc;
+    d.allocator.free = counting_free;
+    expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "output 'a' of shape [4611686018427387904, 2, 2]",
+                        "N = 2^62, plan mode");
+    CHECK(strstr(sdm_p1_last_error(), "PTRDIFF_MAX") != NULL);
+    CHECK(refuser.largest == 0);
+    d.output_mode = SDM_P1_OUTPUTS_CALLER;
+    expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "output 'a'", "N = 2^62, caller mode");
+    /* N = INT64_MAX: no view may report a wrapped size, so there is no plan. */
+    d = limit_desc(INT64_MAX, 1, SDM_P1_OUTPUTS_CALLER);
+    expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "output 'a'", "N = INT64_MAX, caller mode");
+    /* Every field fits (the largest, payload, is 64 N = 3 * 2^61 bytes) but not all of them
+     * together (124 N bytes). */
+    d = limit_desc(3 * ((int64_t)1 << 55), 1, SDM_P1_OUTPUTS_CALLER);
+    expect_create_fails(d, SDM_P1_ERROR_UNSUPPORTED, "the outputs together", "fields fit, total not");
+
+    /* N = 2^40 fits: every view reports its exact size, and the plan's one block (each field
+     * at a multiple of 256 bytes) is what the allocator is asked for. */
+    d = limit_desc(two40, 2, SDM_P1_OUTPUTS_CALLER);
+    d.det_fields = SDM_P1_DET_ALL;
+    sdm_p1_plan* plan = NULL;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+    sdm_p1_tensor v[SDM_P1_FIELD_COUNT];
+    CHECK(plan != NULL && sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT) == SDM_P1_SUCCESS);
+    uint64_t block = 0;
+    int exact = 1;
+    for (int f = 0; plan != NULL && f < SDM_P1_FIELD_COUNT; ++f) {
+        if (!v[f].requested) continue;
+        uint64_t elements = 1;
+        for (int i = 0; i < v[f].ndim; ++i) elements *= (uint64_t)v[f].shape[i];
+        exact &= v[f].bytes == elements * element_bytes(v[f].dtype);
+        exact &= f == SDM_P1_FIELD_REPEATS || v[f].shape[0] == two40;
+        block += (v[f].bytes + 255) / 256 * 256;
+    }
+    CHECK(exact);
+    CHECK(v[SDM_P1_FIELD_A].bytes == ((size_t)1 << 44)); /* 2^40 * 2 * 2 * 4 */
+    sdm_p1_plan_destroy(plan);
+    d.output_mode = SDM_P1_OUTPUTS_PLAN;
+    d.allocator.ctx = &refuser;
+    d.allocator.alloc = counting_alloc;
+    d.allocator.free = counting_free;
+    expect_create_fails(d, SDM_P1_ERROR_OUT_OF_MEMORY, "allocator", "N = 2^40, plan mode");
+    CHECK(refuser.largest == block && refuser.live == 0);
 }
 
 /* Two tokens, one write and one read each. Token 0 writes slot 5 (value 1, gate -1) and reads
@@ -506,6 +692,8 @@ int main(void) {
     RUN(test_resolved_desc_and_views);
     RUN(test_execute_errors);
     RUN(test_allocator_and_output_modes);
+    RUN(test_struct_sizes);
+    RUN(test_size_limits);
     RUN(test_hand_worked_chunk);
     return test_summary();
 }

@@ -26,8 +26,22 @@
  *   - Every entry point returns an sdm_p1_status; on failure sdm_p1_last_error() gives a
  *     message for the calling thread (never NULL). No C++ exception crosses this API.
  *   - Structs passed in start with `struct_size` (and the descriptor with a magic and the
- *     version the caller compiled against), are filled by an _INITIALIZER macro and only grow
- *     at their end, so callers built against an older header keep working.
+ *     version the caller compiled against) and are filled by an _INITIALIZER macro, which
+ *     sets struct_size to the sizeof of the caller's header. They only grow at their end,
+ *     so that callers built against an older or a newer header keep working, by this
+ *     struct-size rule, for a struct of struct_size S given to a library whose own is K bytes:
+ *       S below the struct's size in 1.0 (which 1.1 keeps: 160 bytes for sdm_p1_desc, 56 for
+ *         sdm_p1_inputs on 64-bit targets): refused with SDM_P1_ERROR_INVALID_ARGUMENT;
+ *       S <= K (an older or the same header): accepted; the fields past S take the values of
+ *         this library's _INITIALIZER;
+ *       S > K (a newer header): accepted when the S - K bytes past the fields this library
+ *         knows are all zero (the newer fields left at their defaults); refused with
+ *         SDM_P1_ERROR_INVALID_ARGUMENT naming the first non-zero byte otherwise.
+ *     So that the rule holds, a field appended after 1.1 has zero as its default (its
+ *     _INITIALIZER value), and a struct grows by whole 8-byte fields (or names its padding),
+ *     so that no byte past an older layout is unnamed padding. A struct the library writes
+ *     (sdm_p1_plan_desc) gets the fields both headers have, as many bytes as its
+ *     struct_size says, never more.
  *   - Arrays are dense and row-major (C order), shapes as listed per field.
  *   - Bit-exactness: the CPU backend defines the arithmetic; every backend gives the same bits
  *     for the same inputs, shapes and options, independent of thread count or device.
@@ -77,7 +91,9 @@ typedef enum sdm_p1_status {
     /* A null pointer, a malformed struct (size, magic, version) or an option out of its
      * range: shapes, dtypes, num_parallel not dividing N, valid_last outside 1..C, ... */
     SDM_P1_ERROR_INVALID_ARGUMENT = 1,
-    /* A legal request this library does not support (e.g. C > 256, C * (W + R) > 2^17). */
+    /* A legal request this library does not support (e.g. C > 256, C * (W + R) > 2^17), or a
+     * plan too large to address: an output, the outputs together or the workspace of more
+     * than PTRDIFF_MAX bytes (the message names it). */
     SDM_P1_ERROR_UNSUPPORTED = 2,
     /* The input data break a rule: a valid token's slot id outside its stream's range, a
      * non-finite gate, a gate of magnitude 2^22 or more. Outputs are then unspecified. */
@@ -180,9 +196,9 @@ typedef enum sdm_p1_output_mode {
 
 /* The shapes and options of a plan. Fill it from SDM_P1_DESC_INITIALIZER, then set fields. */
 typedef struct sdm_p1_desc {
-    uint32_t struct_size;  /* sizeof(sdm_p1_desc) */
+    uint32_t struct_size;  /* sizeof(sdm_p1_desc) of the caller's header (the struct-size rule) */
     uint32_t magic;        /* SDM_P1_DESC_MAGIC */
-    uint32_t version;      /* SDM_P1_VERSION_NUMBER the caller was compiled with */
+    uint32_t version;      /* SDM_P1_VERSION_NUMBER of the caller's header (same major) */
 
     /* Shapes. N chunks of C tokens (1..256), W write slots and R read slots per token
      * (1..256 each), with C * (W + R) <= 2^17. N >= 1. */
@@ -340,7 +356,7 @@ typedef struct sdm_p1_tensor {
     /* Number of dimensions (1..3) and the dimensions; unused dimensions are 0. */
     int32_t ndim;
     int64_t shape[3];
-    /* Size in bytes of the whole array. */
+    /* Size in bytes of the whole array (at most PTRDIFF_MAX: a larger plan is refused). */
     size_t bytes;
     /* The plan's buffer (SDM_P1_OUTPUTS_PLAN), else NULL. Host memory for the CPU backend,
      * device memory for CUDA. */
@@ -356,7 +372,11 @@ typedef struct sdm_p1_tensor {
 typedef struct sdm_p1_plan sdm_p1_plan;
 
 /* Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,
- * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL.
+ * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator (in one block, each field at
+ * a multiple of 256 bytes). Every size is computed with overflow checks: a plan with an
+ * output, the outputs together (in either output mode) or a workspace of more than
+ * PTRDIFF_MAX bytes is refused with SDM_P1_ERROR_UNSUPPORTED naming it, before anything is
+ * allocated. On failure *plan is NULL.
  * CUDA: the plan's device is made current for the call and restored after; the call enqueues
  * no work on any stream. A device of an architecture this library has no kernels for (no
  * SASS of its major version at or below its minor one, no PTX at or below it; see
@@ -369,7 +389,10 @@ SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_des
 SDM_P1_API sdm_p1_status sdm_p1_plan_destroy(sdm_p1_plan* plan);
 
 /* The options the plan resolved (every UNSET replaced by the library's choice, e.g. the
- * backend, det_fields, rec_tile, num_threads); the allocator as given. */
+ * backend, det_fields, rec_tile, num_threads); the allocator as given. When *desc was filled
+ * from SDM_P1_DESC_INITIALIZER (its magic set), the library writes the fields of the
+ * caller's header and of its own, min(desc->struct_size, its sizeof(sdm_p1_desc)) bytes,
+ * and sets struct_size to that; a desc not filled (as 1.1 allowed) receives the 1.0 layout. */
 SDM_P1_API sdm_p1_status sdm_p1_plan_desc(const sdm_p1_plan* plan, sdm_p1_desc* desc);
 
 /* Bytes of workspace the plan holds (allocated at creation through the allocator). */
@@ -385,7 +408,7 @@ SDM_P1_API sdm_p1_status sdm_p1_outputs(const sdm_p1_plan* plan, sdm_p1_tensor* 
 /* The input pointers of one execute: host memory for the CPU backend, device memory of the
  * plan's device for CUDA; dense row-major, naturally aligned. */
 typedef struct sdm_p1_inputs {
-    uint32_t struct_size;  /* sizeof(sdm_p1_inputs) */
+    uint32_t struct_size;  /* sizeof(sdm_p1_inputs) of the caller's header (the struct-size rule) */
     /* [N, C, W] slot ids of the K entries, index dtype. A token's W slots are normally
      * distinct; a repeat counts in `repeats` and its gate is not added again. */
     const void* k_idx;

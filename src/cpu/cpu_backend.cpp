@@ -4,6 +4,7 @@
 #include <cfenv>
 #include <vector>
 
+#include "../checked_size.h"
 #include "../errors.h"
 #include "chunk.h"
 
@@ -84,7 +85,11 @@ struct Job {
 }  // namespace
 
 size_t workspace_bytes(const Options& o) {
-    return static_cast<size_t>(o.num_threads) * ChunkScratch::bytes(o);
+    size_t bytes = 0;
+    if (!mul_within(static_cast<size_t>(o.num_threads), ChunkScratch::bytes(o), &bytes)) {
+        too_large("the CPU workspace (", o.num_threads, " threads' scratch)");
+    }
+    return bytes;
 }
 
 void execute(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out, void* workspace,

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "../checked_size.h"
 #include "../errors.h"
 #include "../input_error.h"
 #include "architectures.h"
@@ -18,8 +19,6 @@ void check(cudaError_t e, const char* call) {
         fail(SDM_P1_ERROR_CUDA, call, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
     }
 }
-
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 int device_alloc(void*, void** ptr, size_t bytes, void*) {
     return cudaMalloc(ptr, bytes) == cudaSuccess ? 0 : 1;
@@ -133,10 +132,14 @@ Prepared prepare(const Options& o, size_t output_bytes) {
     Prepared p;
     const int e = configure(kernel_shape(o), o.device, output_bytes, &p.config);
     check(static_cast<cudaError_t>(e), "configuring the Phase 1 kernel");
+    // Sized with the same checks as the outputs: a workspace past kMaxBytes refuses the plan.
+    const char* what = "the CUDA workspace";
     p.status_offset = 0;
-    p.value_offset = align256(sizeof(DeviceStatus));
-    p.scratch_offset = p.value_offset + align256(static_cast<size_t>(o.N) * sizeof(uint64_t));
-    p.workspace_bytes = p.scratch_offset + static_cast<size_t>(p.config.grid) * p.config.scratch_per_block;
+    p.value_offset = checked_align_up(sizeof(DeviceStatus), 256, what);
+    const size_t values = checked_align_up(checked_mul(static_cast<size_t>(o.N), sizeof(uint64_t), what), 256, what);
+    p.scratch_offset = checked_add(p.value_offset, values, what);
+    const size_t scratch = checked_mul(static_cast<size_t>(p.config.grid), p.config.scratch_per_block, what);
+    p.workspace_bytes = checked_add(p.scratch_offset, scratch, what);
     return p;
 }
 

@@ -34,7 +34,9 @@ pub const SDM_P1_SUCCESS: sdm_p1_status = 0;
 #[doc = " A null pointer, a malformed struct (size, magic, version) or an option out of its"]
 #[doc = " range: shapes, dtypes, num_parallel not dividing N, valid_last outside 1..C, ..."]
 pub const SDM_P1_ERROR_INVALID_ARGUMENT: sdm_p1_status = 1;
-#[doc = " A legal request this library does not support (e.g. C > 256, C * (W + R) > 2^17)."]
+#[doc = " A legal request this library does not support (e.g. C > 256, C * (W + R) > 2^17), or a"]
+#[doc = " plan too large to address: an output, the outputs together or the workspace of more"]
+#[doc = " than PTRDIFF_MAX bytes (the message names it)."]
 pub const SDM_P1_ERROR_UNSUPPORTED: sdm_p1_status = 2;
 #[doc = " The input data break a rule: a valid token's slot id outside its stream's range, a"]
 #[doc = " non-finite gate, a gate of magnitude 2^22 or more. Outputs are then unspecified."]
@@ -184,11 +186,11 @@ pub type sdm_p1_output_mode = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct sdm_p1_desc {
-    #[doc = " sizeof(sdm_p1_desc)"]
+    #[doc = " sizeof(sdm_p1_desc) of the caller's header (the struct-size rule)"]
     pub struct_size: u32,
     #[doc = " SDM_P1_DESC_MAGIC"]
     pub magic: u32,
-    #[doc = " SDM_P1_VERSION_NUMBER the caller was compiled with"]
+    #[doc = " SDM_P1_VERSION_NUMBER of the caller's header (same major)"]
     pub version: u32,
     #[doc = " Shapes. N chunks of C tokens (1..256), W write slots and R read slots per token"]
     #[doc = " (1..256 each), with C * (W + R) <= 2^17. N >= 1."]
@@ -721,7 +723,7 @@ pub struct sdm_p1_tensor {
     #[doc = " Number of dimensions (1..3) and the dimensions; unused dimensions are 0."]
     pub ndim: i32,
     pub shape: [i64; 3usize],
-    #[doc = " Size in bytes of the whole array."]
+    #[doc = " Size in bytes of the whole array (at most PTRDIFF_MAX: a larger plan is refused)."]
     pub bytes: usize,
     #[doc = " The plan's buffer (SDM_P1_OUTPUTS_PLAN), else NULL. Host memory for the CPU backend,"]
     #[doc = " device memory for CUDA."]
@@ -866,7 +868,11 @@ pub struct sdm_p1_plan {
 }
 extern "C" {
     #[doc = " Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,"]
-    #[doc = " in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator. On failure *plan is NULL."]
+    #[doc = " in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator (in one block, each field at"]
+    #[doc = " a multiple of 256 bytes). Every size is computed with overflow checks: a plan with an"]
+    #[doc = " output, the outputs together (in either output mode) or a workspace of more than"]
+    #[doc = " PTRDIFF_MAX bytes is refused with SDM_P1_ERROR_UNSUPPORTED naming it, before anything is"]
+    #[doc = " allocated. On failure *plan is NULL."]
     #[doc = " CUDA: the plan's device is made current for the call and restored after; the call enqueues"]
     #[doc = " no work on any stream. A device of an architecture this library has no kernels for (no"]
     #[doc = " SASS of its major version at or below its minor one, no PTX at or below it; see"]
@@ -884,7 +890,10 @@ extern "C" {
 }
 extern "C" {
     #[doc = " The options the plan resolved (every UNSET replaced by the library's choice, e.g. the"]
-    #[doc = " backend, det_fields, rec_tile, num_threads); the allocator as given."]
+    #[doc = " backend, det_fields, rec_tile, num_threads); the allocator as given. When *desc was filled"]
+    #[doc = " from SDM_P1_DESC_INITIALIZER (its magic set), the library writes the fields of the"]
+    #[doc = " caller's header and of its own, min(desc->struct_size, its sizeof(sdm_p1_desc)) bytes,"]
+    #[doc = " and sets struct_size to that; a desc not filled (as 1.1 allowed) receives the 1.0 layout."]
     pub fn sdm_p1_plan_desc(plan: *const sdm_p1_plan, desc: *mut sdm_p1_desc) -> sdm_p1_status;
 }
 extern "C" {
@@ -904,7 +913,7 @@ extern "C" {
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct sdm_p1_inputs {
-    #[doc = " sizeof(sdm_p1_inputs)"]
+    #[doc = " sizeof(sdm_p1_inputs) of the caller's header (the struct-size rule)"]
     pub struct_size: u32,
     #[doc = " [N, C, W] slot ids of the K entries, index dtype. A token's W slots are normally"]
     #[doc = " distinct; a repeat counts in `repeats` and its gate is not added again."]

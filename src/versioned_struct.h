@@ -1,0 +1,37 @@
+// The structs of the C API that grow at their end (sdm_p1_desc, sdm_p1_inputs), read and
+// written by the struct-size rule of phase1.h: a caller's struct of an older header (shorter)
+// or a newer one (longer) becomes the library's own.
+#ifndef SDM_P1_VERSIONED_STRUCT_H
+#define SDM_P1_VERSIONED_STRUCT_H
+
+#include <cstddef>
+
+namespace sdm_p1 {
+
+// One struct type of the API, for the rule and its messages.
+struct StructLayout {
+    const char* function;     // "sdm_p1_execute"
+    const char* argument;     // "inputs"
+    const char* initializer;  // "SDM_P1_INPUTS_INITIALIZER"
+    size_t oldest_bytes;      // the 1.0 layout: the least struct_size accepted
+    size_t known_bytes;       // sizeof the library's struct
+};
+
+// sdm_p1_desc (read by sdm_p1_plan_create, written by sdm_p1_plan_desc) and sdm_p1_inputs
+// (read by sdm_p1_execute).
+extern const StructLayout kDescLayout;
+extern const StructLayout kInputsLayout;
+
+// Copies the caller's struct of `size` bytes (its struct_size) at `given` into `known`, which
+// holds the library's defaults: the first min(size, known_bytes) bytes come from the caller
+// and the fields past them keep their defaults. Throws INVALID_ARGUMENT when size is below
+// oldest_bytes, or when a byte past known_bytes is set (a newer field this library lacks).
+void read_struct(const void* given, size_t size, void* known, const StructLayout& layout);
+
+// The number of bytes of the library's struct to write to a caller's struct with room for
+// `room` bytes: min(room, known_bytes), the fields both headers have.
+size_t bytes_to_write(size_t room, const StructLayout& layout);
+
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_VERSIONED_STRUCT_H

@@ -1,0 +1,332 @@
+#include "fuzz_case.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace fuzz {
+
+namespace {
+
+// The values a field takes when a case probes the limits: in, at and past each of them.
+constexpr int64_t kEdges[] = {
+    0, 1, 2, 3, -1, -2, 7, 16, 255, 256, 257, 4096, 65535, int64_t{1} << 16,
+    int64_t{1} << 17, (int64_t{1} << 17) + 1, INT32_MAX, int64_t{1} << 31, int64_t{1} << 32,
+    (int64_t{1} << 32) + 1, int64_t{1} << 40, int64_t{1} << 55, 3 * (int64_t{1} << 55),
+    int64_t{1} << 61, int64_t{1} << 62, INT64_MAX, INT64_MIN, INT64_MIN + 1,
+};
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Gates: ordinary, tiny (rounded to 2^-96), subnormal, at and past 2^22, not finite.
+constexpr float kEdgeGates[] = {
+    0.0f, -0.0f, -1e-9f, -20.0f, -1e-30f, 1e-45f, -1e-40f, 3.0f, -4194303.5f, 4194304.0f,
+    -4194304.0f, 1e30f, kNaN, kInf, -kInf, -0.5f,
+};
+
+// Values: zeros, subnormals, the extremes and not-a-numbers.
+constexpr float kEdgeValues[] = {
+    0.0f, -0.0f, 1e-40f, -1e-45f, 3.4028235e38f, -1.1754944e-38f, 1e30f, kNaN, kInf, -kInf,
+    1.0f, -2.0f,
+};
+
+template <typename T, size_t n>
+constexpr size_t count_of(const T (&)[n]) {
+    return n;
+}
+
+int64_t edge(Bytes& b) { return kEdges[b.u8() % count_of(kEdges)]; }
+
+// splitmix64: the data of a case from its seed.
+struct Rng {
+    uint64_t s;
+    uint64_t next() {
+        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    float unit() { return static_cast<float>(next() >> 40) * 0x1p-24f * 2.0f - 1.0f; }   // [-1, 1)
+    bool chance(int in_256) { return static_cast<int>(next() & 255u) < in_256; }
+};
+
+uint16_t to_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40u);
+    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+size_t index_bytes(const sdm_p1_desc& d) { return d.index_dtype == SDM_P1_DTYPE_INT64 ? 8 : 4; }
+size_t value_bytes(const sdm_p1_desc& d) { return d.value_dtype == SDM_P1_DTYPE_BFLOAT16 ? 2 : 4; }
+
+size_t element_bytes(const Case& c, int input) {
+    if (input == kIdx || input == qIdx) return index_bytes(c.desc);
+    if (input == kVal || input == qVal) return value_bytes(c.desc);
+    return 4;
+}
+
+// Slack after each array, so that a misaligned pointer (one byte on) stays inside it.
+constexpr size_t kSlack = 8;
+
+size_t elements(const Case& c, int input) {
+    const size_t bytes = c.arrays[input].size();
+    return bytes <= kSlack ? 0 : (bytes - kSlack) / element_bytes(c, input);
+}
+
+void store_id(Case& c, int input, size_t i, int64_t id) {
+    uint8_t* p = c.arrays[input].data() + i * index_bytes(c.desc);
+    if (index_bytes(c.desc) == 8) {
+        std::memcpy(p, &id, 8);
+    } else {
+        const int32_t narrow = static_cast<int32_t>(id);
+        std::memcpy(p, &narrow, 4);
+    }
+}
+
+void store_value(Case& c, int input, size_t i, float v, Rng* raw_bits) {
+    uint8_t* p = c.arrays[input].data() + i * element_bytes(c, input);
+    if (element_bytes(c, input) == 2) {
+        const uint16_t bits = raw_bits != nullptr ? static_cast<uint16_t>(raw_bits->next()) : to_bf16(v);
+        std::memcpy(p, &bits, 2);
+    } else {
+        std::memcpy(p, &v, 4);
+    }
+}
+
+// An id outside (or at the edge of) the stream's range [base, base + num_keys).
+int64_t edge_id(uint64_t base, const sdm_p1_desc& d, uint64_t r) {
+    switch (r % 7) {
+        case 0: return static_cast<int64_t>(base - 1);
+        case 1: return static_cast<int64_t>(base + static_cast<uint64_t>(d.num_keys));
+        case 2: return -1;
+        case 3: return INT32_MIN;
+        case 4: return INT64_MAX;
+        case 5: return static_cast<int64_t>(base + static_cast<uint64_t>(d.num_keys) - 1);   // the last valid
+        default: return static_cast<int64_t>(r);
+    }
+}
+
+bool shape_runnable(const sdm_p1_desc& d) {
+    if (d.N < 1 || d.N > 8 || d.C < 1 || d.C > 256 || d.W < 1 || d.W > 256 || d.R < 1 || d.R > 256) {
+        return false;
+    }
+    // Slot groups of up to n entries: the pair sums of one chunk are at most n^2 terms.
+    const int64_t n = d.C * (d.W + d.R);
+    return n <= 256 && d.N * n <= 1024 && (d.gate_width == 1 || d.gate_width == d.W);
+}
+
+// The arrays of a runnable case, from its seed and the knobs: the share of ids out of range,
+// of edge gates and values, and of garbage in the padding tokens (which are never read).
+void fill_arrays(Case& c, Bytes& b) {
+    const sdm_p1_desc& d = c.desc;
+    const int64_t tokens = d.N * d.C;
+    const size_t sizes[kInputs] = {
+        static_cast<size_t>(tokens * d.W) * index_bytes(d), static_cast<size_t>(tokens * d.R) * index_bytes(d),
+        static_cast<size_t>(tokens * d.W) * value_bytes(d), static_cast<size_t>(tokens * d.R) * value_bytes(d),
+        static_cast<size_t>(tokens * d.gate_width) * 4, static_cast<size_t>(tokens) * 4,
+    };
+    for (int i = 0; i < kInputs; ++i) c.arrays[i].assign(sizes[i] + kSlack, 0);
+    Rng rng{c.seed};
+    const int out_of_range = b.u8() / 8, edge_gates = b.u8() / 4, edge_values = b.u8() / 4;
+    const int padding_garbage = b.u8();
+    const uint64_t keys = d.num_keys >= 1 && d.num_keys <= (int64_t{1} << 32) ? static_cast<uint64_t>(d.num_keys) : 1;
+    const uint64_t used_keys = 1 + rng.next() % keys;   // few keys: long slot groups
+    const int64_t P = d.num_parallel >= 1 ? d.num_parallel : 1;
+    const int64_t valid_last = d.valid_last >= 1 && d.valid_last <= d.C ? d.valid_last : d.C;
+    for (int64_t tok = 0; tok < tokens; ++tok) {
+        const int64_t chunk = tok / d.C, t = tok % d.C;
+        const bool padding = chunk >= d.N - P && t >= valid_last;
+        const bool garbage = padding && rng.chance(padding_garbage);
+        const uint64_t base = static_cast<uint64_t>(chunk % P) * static_cast<uint64_t>(d.stream_offset);
+        for (int lane = 0; lane < d.W + d.R; ++lane) {
+            const bool write = lane < d.W;
+            const int idx = write ? kIdx : qIdx, val = write ? kVal : qVal;
+            const size_t i = static_cast<size_t>(tok * (write ? d.W : d.R) + (write ? lane : lane - d.W));
+            const bool wild = garbage || rng.chance(out_of_range);
+            store_id(c, idx, i, wild ? edge_id(base, d, rng.next()) : static_cast<int64_t>(base + rng.next() % used_keys));
+            float v = std::ldexp(rng.unit(), static_cast<int>(rng.next() % 40) - 20);
+            if (garbage || rng.chance(edge_values)) v = kEdgeValues[rng.next() % count_of(kEdgeValues)];
+            store_value(c, val, i, v, rng.chance(4) ? &rng : nullptr);
+        }
+        for (int64_t lane = 0; lane < d.gate_width; ++lane) {
+            float g = -3.0f * std::fabs(rng.unit());
+            if (garbage || rng.chance(edge_gates)) g = kEdgeGates[rng.next() % count_of(kEdgeGates)];
+            std::memcpy(c.arrays[gGate].data() + static_cast<size_t>(tok * d.gate_width + lane) * 4, &g, 4);
+        }
+        const float beta = garbage ? kNaN : std::fabs(rng.unit());
+        std::memcpy(c.arrays[bBeta].data() + static_cast<size_t>(tok) * 4, &beta, 4);
+    }
+}
+
+StructForm struct_form(Bytes& b) {
+    return b.chance(16) ? static_cast<StructForm>(b.u8() % 4) : StructForm::Plain;
+}
+
+}  // namespace
+
+uint32_t Bytes::u32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(u8()) << (8 * i);
+    return v;
+}
+
+uint64_t Bytes::u64() { return u32() | static_cast<uint64_t>(u32()) << 32; }
+
+Case decode_case(const uint8_t* data, size_t size) {
+    Bytes b(data, size);
+    Case c{};
+    const sdm_p1_desc initialized = SDM_P1_DESC_INITIALIZER;
+    c.desc = initialized;
+    sdm_p1_desc& d = c.desc;
+    // A quarter of the cases probe the limits: then each field may take an edge value.
+    const bool probe = b.chance(64);
+    auto maybe_edge = [&](int64_t usual) { return probe && b.chance(64) ? edge(b) : usual; };
+
+    d.N = maybe_edge(1 + b.u8() % 8);
+    d.C = maybe_edge(b.chance(24) ? 1 + b.u8() : 1 + b.u8() % 16);
+    d.W = maybe_edge(b.chance(16) ? 1 + b.u8() % 64 : 1 + b.u8() % 6);
+    d.R = maybe_edge(b.chance(16) ? 1 + b.u8() % 64 : 1 + b.u8() % 6);
+    const int64_t n_for_p = d.N >= 1 && d.N <= 256 ? d.N : 1;
+    switch (b.u8() % 4) {
+        case 0: d.num_parallel = 1; break;
+        case 1: d.num_parallel = n_for_p; break;
+        case 2: d.num_parallel = n_for_p % 2 == 0 ? 2 : 1; break;
+        default: d.num_parallel = 1 + b.u8() % n_for_p; break;   // may not divide N
+    }
+    d.num_parallel = maybe_edge(d.num_parallel);
+    d.num_keys = maybe_edge(b.chance(32) ? 1 + b.u32() % (1u << 20) : 1 + b.u8() % 40);
+    switch (b.u8() % 4) {
+        case 0: d.stream_offset = d.num_keys; break;
+        case 1: d.stream_offset = static_cast<int64_t>(static_cast<uint64_t>(d.num_keys) + b.u8()); break;
+        case 2: d.stream_offset = 0; break;
+        default: d.stream_offset = b.u32(); break;
+    }
+    d.stream_offset = maybe_edge(d.stream_offset);
+    const int64_t c_for_valid = d.C >= 1 && d.C <= 256 ? d.C : 1;
+    d.valid_last = maybe_edge(b.chance(64) ? SDM_P1_UNSET : 1 + b.u8() % c_for_valid);
+    d.index_dtype = static_cast<int32_t>(maybe_edge(b.u8() % 2 ? SDM_P1_DTYPE_INT64 : SDM_P1_DTYPE_INT32));
+    d.value_dtype = static_cast<int32_t>(maybe_edge(b.u8() % 2 ? SDM_P1_DTYPE_BFLOAT16 : SDM_P1_DTYPE_FLOAT32));
+    d.gate_width = maybe_edge(b.u8() % 2 ? d.W : 1);
+    d.need_read_groups = static_cast<int32_t>(maybe_edge(static_cast<int32_t>(b.u8() % 3) - 1));
+    switch (b.u8() % 5) {
+        case 0: d.det_fields = SDM_P1_UNSET; break;
+        case 1: d.det_fields = SDM_P1_DET_SHIPPED; break;
+        case 2: d.det_fields = SDM_P1_DET_ALL; break;
+        case 3: d.det_fields = (b.u8() | b.u8() << 8) & SDM_P1_DET_ALL; break;
+        default: d.det_fields = probe ? static_cast<int64_t>(b.u64()) : SDM_P1_DET_ALL; break;   // undefined bits
+    }
+    switch (b.u8() % 3) {
+        case 0: d.rec_tile = SDM_P1_UNSET; break;
+        case 1: d.rec_tile = 0; break;
+        default: d.rec_tile = 1 + b.u8() % 64; break;
+    }
+    d.rec_tile = maybe_edge(d.rec_tile);
+    const int32_t backends[] = {SDM_P1_BACKEND_AUTO, SDM_P1_BACKEND_CPU, SDM_P1_BACKEND_CUDA, 7};
+    d.backend = probe && b.chance(32) ? backends[b.u8() % 4] : SDM_P1_BACKEND_CPU;
+    d.device = static_cast<int32_t>(maybe_edge(b.chance(128) ? SDM_P1_UNSET : b.u8() % 3));
+    d.output_mode = static_cast<int32_t>(maybe_edge(b.u8() % 2));
+    if (probe && b.chance(8)) d.magic = b.u32();
+    if (probe && b.chance(8)) d.version = b.u32();
+    c.threads = static_cast<int32_t>(maybe_edge(2 + b.u8() % 7));
+
+    c.runnable = shape_runnable(d);
+    switch (b.u8() % 4) {
+        case 0:
+        case 1: c.allocator = c.runnable ? AllocatorKind::Default : AllocatorKind::Capped; break;
+        case 2: c.allocator = AllocatorKind::Capped; break;
+        default:
+            c.allocator = !probe ? AllocatorKind::Capped : b.chance(128) ? AllocatorKind::HalfSet : AllocatorKind::Misaligned;
+            break;
+    }
+    c.fail_allocation = b.chance(32) ? 1 + b.u8() % 3 : 0;
+    c.desc_form = struct_form(b);
+    c.inputs_form = struct_form(b);
+    c.null_inputs = b.chance(16) ? 1u << (b.u8() % kInputs) : 0u;
+    c.misaligned_inputs = b.chance(12) ? 1u << (b.u8() % kInputs) : 0u;
+    c.seed = b.u64();
+    if (c.runnable) fill_arrays(c, b);
+    const int steps = 1 + b.u8() % 12;
+    for (int s = 0; s < steps; ++s) {
+        const Op op = static_cast<Op>(b.u8() % static_cast<uint8_t>(Op::Count));
+        c.steps.push_back(Step{op, b.u32()});
+    }
+    return c;
+}
+
+void poke(Case& c, uint32_t arg) {
+    const int input = static_cast<int>(arg % kInputs);
+    const size_t n = elements(c, input);
+    if (n == 0) return;
+    const size_t i = (arg >> 3) % n;
+    const uint32_t kind = arg >> 24;
+    if (input == kIdx || input == qIdx) {
+        const int64_t P = c.desc.num_parallel >= 1 ? c.desc.num_parallel : 1;
+        const int64_t per_token = input == kIdx ? c.desc.W : c.desc.R;
+        const int64_t chunk = static_cast<int64_t>(i) / per_token / c.desc.C;
+        const uint64_t base = static_cast<uint64_t>(chunk % P) * static_cast<uint64_t>(c.desc.stream_offset);
+        store_id(c, input, i, edge_id(base, c.desc, kind));
+    } else if (input == gGate) {
+        const float g = kEdgeGates[kind % count_of(kEdgeGates)];
+        std::memcpy(c.arrays[gGate].data() + i * 4, &g, 4);
+    } else {
+        store_value(c, input, i, kEdgeValues[kind % count_of(kEdgeValues)], nullptr);
+    }
+}
+
+sdm_p1_inputs inputs_at(const Case& c, const uint8_t* const* bases) {
+    const void* p[kInputs];
+    for (int i = 0; i < kInputs; ++i) {
+        const bool absent = c.arrays[i].empty() || (c.null_inputs >> i & 1u) != 0;
+        p[i] = absent ? nullptr : bases[i] + ((c.misaligned_inputs >> i & 1u) != 0 ? 1 : 0);
+    }
+    sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
+    in.k_idx = p[kIdx];
+    in.q_idx = p[qIdx];
+    in.k_val = p[kVal];
+    in.q_val = p[qVal];
+    in.g = static_cast<const float*>(p[gGate]);
+    in.beta = static_cast<const float*>(p[bBeta]);
+    return in;
+}
+
+sdm_p1_inputs host_inputs(const Case& c) {
+    const uint8_t* bases[kInputs];
+    for (int i = 0; i < kInputs; ++i) bases[i] = c.arrays[i].data();
+    return inputs_at(c, bases);
+}
+
+namespace {
+
+// struct_size and the newer bytes of a buffer whose first member is the library's struct.
+template <typename Buffer>
+void apply_form(Buffer& buf, uint32_t* struct_size, size_t library_size, StructForm form) {
+    switch (form) {
+        case StructForm::Plain: *struct_size = static_cast<uint32_t>(library_size); break;
+        case StructForm::Newer: *struct_size = sizeof buf; break;
+        case StructForm::NewerSet:
+            *struct_size = sizeof buf;
+            buf.newer[1] = 1;
+            break;
+        case StructForm::TooShort: *struct_size = static_cast<uint32_t>(library_size - 8); break;
+    }
+}
+
+}  // namespace
+
+DescBuffer sized_desc(const sdm_p1_desc& desc, StructForm form) {
+    DescBuffer buf{};
+    buf.desc = desc;
+    apply_form(buf, &buf.desc.struct_size, sizeof buf.desc, form);
+    return buf;
+}
+
+InputsBuffer sized_inputs(const sdm_p1_inputs& in, StructForm form) {
+    InputsBuffer buf{};
+    buf.in = in;
+    apply_form(buf, &buf.in.struct_size, sizeof buf.in, form);
+    return buf;
+}
+
+}  // namespace fuzz

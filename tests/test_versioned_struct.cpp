@@ -1,0 +1,127 @@
+// The struct-size rule of phase1.h from the library's side (src/versioned_struct.cpp), with
+// the library's struct one field longer than the caller's: what a caller of today's header
+// (sdm_p1_desc, sdm_p1_inputs) gets from a library whose structs have grown, as they will
+// (sdm_p1_inputs gains stream_lengths). The public API's side, a caller's struct longer than
+// the library's, is in test_api.c.
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "errors.h"
+#include "sdm/phase1.h"
+#include "test_util.h"
+#include "versioned_struct.h"
+
+namespace {
+
+// The structs of a later header: today's fields, then one more.
+struct NextDesc {
+    sdm_p1_desc desc;
+    int64_t appended;
+};
+
+struct NextInputs {
+    sdm_p1_inputs in;
+    const int64_t* stream_lengths;
+};
+
+// The library's layout of today's struct, grown to `Next`.
+template <typename Next>
+sdm_p1::StructLayout grown(const sdm_p1::StructLayout& today) {
+    sdm_p1::StructLayout s = today;
+    s.known_bytes = sizeof(Next);
+    return s;
+}
+
+// read_struct's refusal: "" when it accepts, else "INVALID_ARGUMENT: " (the one status it
+// gives) and the message.
+std::string read_error(const void* given, size_t size, void* known, const sdm_p1::StructLayout& s) {
+    try {
+        sdm_p1::read_struct(given, size, known, s);
+        return "";
+    } catch (const sdm_p1::Error& e) {
+        return (e.status() == SDM_P1_ERROR_INVALID_ARGUMENT ? "INVALID_ARGUMENT: " : "other status: ") +
+               std::string(e.what());
+    }
+}
+
+bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
+
+void test_oldest_layouts() {
+    // 1.0 and 1.1 share their layouts; a later header only appends.
+    CHECK(sdm_p1::kDescLayout.oldest_bytes == sizeof(sdm_p1_desc));
+    CHECK(sdm_p1::kInputsLayout.oldest_bytes == sizeof(sdm_p1_inputs));
+    CHECK(sdm_p1::kDescLayout.known_bytes == sizeof(sdm_p1_desc));
+    CHECK(sdm_p1::kInputsLayout.known_bytes == sizeof(sdm_p1_inputs));
+}
+
+void test_older_caller_inputs() {
+    const sdm_p1::StructLayout s = grown<NextInputs>(sdm_p1::kInputsLayout);
+    const float g = 0.5f;
+    sdm_p1_inputs old_in = SDM_P1_INPUTS_INITIALIZER;   // 1.1's caller: no stream_lengths
+    old_in.g = &g;
+    NextInputs known{};
+    known.in.k_idx = &g;                   // library defaults the caller's bytes replace
+    const int64_t lengths[2] = {3, 4};
+    known.stream_lengths = lengths;        // the newer field's default stays
+    CHECK(read_error(&old_in, old_in.struct_size, &known, s).empty());
+    CHECK(std::memcmp(&known.in, &old_in, sizeof old_in) == 0);
+    CHECK(known.stream_lengths == lengths);
+
+    // A caller of the library's own header: every field comes from it.
+    NextInputs same{};
+    same.in = old_in;
+    same.in.struct_size = sizeof same;
+    same.stream_lengths = lengths + 1;
+    known = NextInputs{};
+    CHECK(read_error(&same, sizeof same, &known, s).empty());
+    CHECK(known.stream_lengths == lengths + 1 && known.in.g == &g);
+
+    // Below the 1.0 layout: refused, the struct left as it was.
+    known = NextInputs{};
+    const std::string e = read_error(&old_in, sizeof old_in - 8, &known, s);
+    CHECK(contains(e, "INVALID_ARGUMENT: sdm_p1_execute: inputs->struct_size = 48"));
+    CHECK(contains(e, "SDM_P1_INPUTS_INITIALIZER") && known.in.g == nullptr);
+}
+
+void test_older_caller_desc() {
+    const sdm_p1::StructLayout s = grown<NextDesc>(sdm_p1::kDescLayout);
+    sdm_p1_desc old_desc = SDM_P1_DESC_INITIALIZER;
+    old_desc.N = 12;
+    old_desc.num_threads = 3;
+    NextDesc known{};
+    known.appended = SDM_P1_UNSET;
+    CHECK(read_error(&old_desc, old_desc.struct_size, &known, s).empty());
+    CHECK(known.desc.N == 12 && known.desc.num_threads == 3 && known.appended == SDM_P1_UNSET);
+
+    // What sdm_p1_plan_desc writes back: the older caller's fields only.
+    CHECK(sdm_p1::bytes_to_write(old_desc.struct_size, s) == sizeof(sdm_p1_desc));
+    CHECK(sdm_p1::bytes_to_write(sizeof(NextDesc) + 8, s) == sizeof(NextDesc));
+}
+
+void test_newer_caller() {
+    // Today's library, a caller of the later header: accepted while the appended field is zero.
+    const sdm_p1_desc initialized = SDM_P1_DESC_INITIALIZER;
+    NextDesc newer{};
+    newer.desc = initialized;
+    newer.desc.struct_size = sizeof newer;
+    newer.desc.C = 7;
+    sdm_p1_desc known = SDM_P1_DESC_INITIALIZER;
+    CHECK(read_error(&newer, sizeof newer, &known, sdm_p1::kDescLayout).empty());
+    CHECK(known.C == 7);
+    newer.appended = int64_t{1} << 40;   // byte 5 of the field is set
+    const std::string e = read_error(&newer, sizeof newer, &known, sdm_p1::kDescLayout);
+    const std::string byte = "byte " + std::to_string(offsetof(NextDesc, appended) + 5) + " is set";
+    CHECK(contains(e, "INVALID_ARGUMENT: sdm_p1_plan_create: desc->struct_size"));
+    CHECK(contains(e, byte.c_str()));
+}
+
+}  // namespace
+
+int main() {
+    RUN(test_oldest_layouts);
+    RUN(test_older_caller_inputs);
+    RUN(test_older_caller_desc);
+    RUN(test_newer_caller);
+    return test_summary();
+}
