@@ -214,7 +214,9 @@ abi_dump() {
 }
 
 # The library's ABI against the committed one of the last release (abi/libsdmp1.abi): any
-# change to a public type or symbol (abidiff's bit 4, or 8: incompatible) fails.
+# change to a public type or a removed symbol (abidiff's bit 4, or 8: incompatible) fails. A
+# function added by this minor release is compatible where its version node is new
+# (src/libsdmp1.map): the added functions are listed, and one in a node of the baseline fails.
 abi_check() {
     step "ABI: abidiff of libsdmp1.so against abi/libsdmp1.abi"
     if ! readelf -S "$build/libsdmp1.so" | grep -q '\.debug_info'; then
@@ -222,10 +224,11 @@ abi_check() {
         meson_cmd configure "$build" -Ddebug=true -Db_ndebug=true
         meson_cmd compile -C "$build"
     fi
-    local current rc=0
+    local current report rc=0 old_nodes added
     current=$(mktemp)
     abi_dump "$build/libsdmp1.so" "$current"
-    abidiff --suppressions "$root/abi/libsdmp1.abignore" "$root/abi/libsdmp1.abi" "$current" || rc=$?
+    abidiff --suppressions "$root/abi/libsdmp1.abignore" --no-added-syms "$root/abi/libsdmp1.abi" "$current" || rc=$?
+    report=$(abidiff --suppressions "$root/abi/libsdmp1.abignore" "$root/abi/libsdmp1.abi" "$current" || true)
     rm -f "$current"
     if [ $((rc & 12)) -ne 0 ]; then
         echo "run.sh: the ABI changed (abidiff exit $rc, above). Keep it, or, for a reviewed change that" \
@@ -235,7 +238,18 @@ abi_check() {
         echo "run.sh: abidiff failed (exit $rc)" >&2
         exit 1
     fi
-    echo "ABI: no change to the public types and symbols"
+    # The version nodes of the baseline's symbols; an added symbol must be in none of them.
+    old_nodes=$(grep -o "version='LIBSDMP1_[^']*'" "$root/abi/libsdmp1.abi" | sort -u | sed "s/version='\(.*\)'/\1/")
+    added=$(printf '%s\n' "$report" | grep -E "^ *\[A\] " || true)
+    [ -n "$added" ] && printf 'ABI: added since the baseline:\n%s\n' "$added"
+    local node
+    for node in $old_nodes; do
+        if printf '%s\n' "$added" | grep -q "@@$node}"; then
+            echo "run.sh: a symbol was added to the baseline's version node $node: give it the node of its release (src/libsdmp1.map)" >&2
+            exit 1
+        fi
+    done
+    echo "ABI: no change to the public types and symbols of the baseline"
 }
 
 abi_baseline_job() {
