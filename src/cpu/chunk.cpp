@@ -297,11 +297,21 @@ void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScratch& s) 
 
 }  // namespace
 
+// With GCC, compute_chunk (every stage inlined) is compiled twice, the copy for processors
+// with FMA chosen at load time: there the canonical fused multiply-adds (exp_double, the pair
+// sums) are one instruction each instead of a call to the C library's fma, with the same
+// bits. Not with clang, which refuses the two attributes together, nor under
+// ThreadSanitizer: the choice is an ifunc, whose resolver runs before TSan's runtime is set
+// up (a crash at load).
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define SDM_P1_FMA_CLONE , target_clones("fma", "default")
+#else
+#define SDM_P1_FMA_CLONE
+#endif
+
 // The stages in order; kernels/phase1.cu runs the same stages, under the same names, in one
-// thread block per chunk. Compiled twice, the copy for processors with FMA chosen at load
-// time: there the canonical fused multiply-adds (exp_double, the pair sums) are one
-// instruction each instead of a call to the C library's fma, with the same bits.
-__attribute__((flatten, target_clones("fma", "default"))) ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
+// thread block per chunk.
+__attribute__((flatten SDM_P1_FMA_CLONE)) ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
                           int64_t c, const ChunkScratch& s) {
     const Chunk k{o, c, c >= o.N - o.P ? o.valid_last : o.C, o.n()};
     ChunkResult result{};
