@@ -149,7 +149,7 @@ test_job() {
     install_test_tools
     step "lint: the public header as C99 with -pedantic -Werror"
     echo '#include "sdm/phase1.h"' |
-        cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -I"$build/include" -x c -
+        cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -x c -
     step "lint: only sdm_p1_* symbols exported"
     local extra
     extra=$(nm -D --defined-only "$build/libsdmp1.so" | awk '$2 ~ /[TDBRW]/ {print $3}' | grep -v '^sdm_p1_' || true)
