@@ -325,7 +325,19 @@ struct KernelArgs {
     Dividers div;
     DeviceStatus* status;
     uint64_t* chunk_value;
+    unsigned long long* wide_chunks;   // N words: the chunks left to the wide-log kernel
 };
+
+// The main kernel leaves chunk c to the wide-log kernel (one thread of the block).
+__device__ __forceinline__ void list_wide_chunk(const KernelArgs& a, int64_t c) {
+    const unsigned long long left = atomicAdd(&a.status->wide_left, ~0ull);   // minus one
+    a.wide_chunks[~left] = static_cast<unsigned long long>(c);
+}
+
+// The chunks the main kernel left to the wide-log kernel (read by the wide-log kernel).
+__device__ __forceinline__ unsigned long long wide_chunk_count(const DeviceStatus& status) {
+    return ~status.wide_left;
+}
 
 // The chunk a block is computing.
 struct Chunk {

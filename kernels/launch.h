@@ -37,9 +37,13 @@ struct KernelShape {
 // for a gate: so the smallest key is the first offender in the CPU backend's order.
 // chunk_value[c] holds the raw bits of chunk c's first offender (the int64 id, or the float
 // bits of the gate), written only by the block that found it.
+// wide_left counts the chunks the main kernel left to the wide-log kernel (their
+// log-cumsums need the wide form), down from UINT64_MAX: one memset of 0xFF bytes clears both
+// words.
 constexpr int kStatusCodeBits = 20;
 struct DeviceStatus {
     unsigned long long key;
+    unsigned long long wide_left;
 };
 
 // How the kernel runs a plan's shape on one device (chosen at plan creation).
@@ -60,13 +64,14 @@ struct LaunchConfig {
 // Returns a cudaError_t value (0: success).
 int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchConfig* config);
 
-// Enqueues one execute on `stream`: clears the status and repeats, then runs the kernel.
-// `scratch` is the global scratch (config.grid * config.scratch_per_block bytes, or null),
-// `chunk_value` N words. Returns a cudaError_t value (0: success).
+// Enqueues one execute on `stream`: clears the status and repeats, then runs the main
+// kernel and the wide-log kernel. `scratch` is the global scratch (config.grid *
+// config.scratch_per_block bytes, or null), `chunk_value` and `wide_chunks` N words each.
+// Returns a cudaError_t value (0: success).
 int launch(const KernelShape& shape, const LaunchConfig& config, const void* k_idx,
            const void* q_idx, const void* k_val, const void* q_val, const float* g,
            const float* beta, const OutputBuffers& out, void* scratch, DeviceStatus* status,
-           uint64_t* chunk_value, void* stream);
+           uint64_t* chunk_value, uint64_t* wide_chunks, void* stream);
 
 }  // namespace cuda
 }  // namespace sdm_p1

@@ -30,12 +30,12 @@ ArrayLayout chunk_layout(const KernelShape& s, int threads, size_t smem_limit) {
                         pair_temp_bytes(), smem_limit);
 }
 
-// The kernel of launch configuration c.
-KernelFn kernel_for(const LaunchConfig& c) { return c.sorted_rows ? sorted_rows_kernel(c) : kernel_of<false>(c); }
+// The main kernel of launch configuration c.
+KernelFn kernel_for(const LaunchConfig& c) { return c.sorted_rows ? sorted_rows_kernel(c) : kernel_of<false, false>(c); }
 
 // The most dynamic shared memory a block of `kernel` may use with `blocks` blocks an SM,
 // after setting the kernel's limit to the device's maximum.
-cudaError_t smem_room(KernelFn kernel, int device, int blocks, size_t* room) {
+cudaError_t smem_room_of(KernelFn kernel, int device, int blocks, size_t* room) {
     int optin = 0, per_sm = 0, reserved = 0;
     cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
@@ -52,6 +52,16 @@ cudaError_t smem_room(KernelFn kernel, int device, int blocks, size_t* room) {
     return cudaSuccess;
 }
 
+// The room of smem_room_of that both kernels of configuration c (the main and the wide-log
+// kernel, which share the layout) have.
+cudaError_t smem_room(const LaunchConfig& c, int device, int blocks, size_t* room) {
+    size_t main_room = 0, wide_room = 0;
+    cudaError_t e = smem_room_of(kernel_for(c), device, blocks, &main_room);
+    if (e == cudaSuccess) e = smem_room_of(wide_log_kernel(c), device, blocks, &wide_room);
+    *room = std::min(main_room, wide_room);
+    return e;
+}
+
 }  // namespace
 
 int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfig* config) {
@@ -66,7 +76,7 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     int per_sm = 0;
     const auto size_for = [&](int threads, int blocks, bool* fits) {
         c.threads = threads;
-        cudaError_t err = smem_room(kernel_for(c), device, blocks, &c.smem_limit);
+        cudaError_t err = smem_room(c, device, blocks, &c.smem_limit);
         const ArrayLayout l = chunk_layout(s, threads, c.smem_limit);
         if (err == cudaSuccess) {
             err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(c), threads, l.smem_bytes);
@@ -120,7 +130,7 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
 int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, const void* q_idx,
            const void* k_val, const void* q_val, const float* g, const float* beta,
            const OutputBuffers& out, void* scratch, DeviceStatus* status, uint64_t* chunk_value,
-           void* stream) {
+           uint64_t* wide_chunks, void* stream) {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     cudaError_t e = cudaMemsetAsync(status, 0xFF, sizeof(DeviceStatus), st);
     if (e == cudaSuccess) e = cudaMemsetAsync(out.repeats, 0, sizeof(int64_t), st);
@@ -147,7 +157,12 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
                      make_divider(s.C), make_divider(s.gate_width), make_divider(s.rec_tile)};
     a.status = status;
     a.chunk_value = chunk_value;
+    a.wide_chunks = reinterpret_cast<unsigned long long*>(wide_chunks);
     kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
+    e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    // Its blocks return at once where the main kernel listed no chunk.
+    wide_log_kernel(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
     return cudaGetLastError();
 }
 

@@ -1,7 +1,14 @@
 // The CUDA backend's kernel: one thread block per chunk, from the ids to the last output,
 // with the chunk's arrays on chip where they fit. The stages are those of the CPU backend
-// (src/cpu/chunk.cpp), under the same names, each in its own header. Its instantiations are
-// compiled in two translation units (phase1.cu, phase1_sorted_rows.cu), in parallel.
+// (src/cpu/chunk.cpp), under the same names, each in its own header. It comes in two paths
+// by the form of a chunk's log-cumsums (LogArray::shift): the main kernel computes the
+// chunks of the compact form (all but chunks whose gates span more than about 57 bits) and
+// lists the others, which a second launch of the wide-log kernel computes. Each then
+// carries only its form's code: with both in one kernel the wide form's 128-bit paths cost
+// the compact chunks registers and instruction-cache room (2-9 % of their time, measured).
+// The instantiations are compiled in three translation units, in parallel: phase1.cu (the
+// main kernels), phase1_sorted_rows.cu (the main kernels with the rows in sorted order) and
+// phase1_wide_log.cu (the wide-log kernels).
 #ifndef SDM_P1_KERNELS_PHASE1_KERNEL_CUH
 #define SDM_P1_KERNELS_PHASE1_KERNEL_CUH
 
@@ -21,8 +28,10 @@ namespace cuda {
 
 using KernelFn = void (*)(KernelArgs);
 
-// The kernel of launch configuration c with SortedRows (defined in phase1_sorted_rows.cu).
+// The main kernel of launch configuration c with SortedRows (phase1_sorted_rows.cu).
 KernelFn sorted_rows_kernel(const LaunchConfig& c);
+// The wide-log kernel of launch configuration c (phase1_wide_log.cu).
+KernelFn wide_log_kernel(const LaunchConfig& c);
 
 // Each translation unit has its own instantiations.
 namespace {
@@ -36,7 +45,9 @@ union ScanTemp {
 // One block per chunk (a persistent grid), Threads threads, counts and positions as Count;
 // OnChip: the layout keeps the core arrays in shared memory (core_arrays_in_smem);
 // SortedRows: the row fields in sorted order (stage "records", KernelShape::sorted_rows).
-template <int Threads, typename Count, bool OnChip, bool SortedRows>
+// WideLog: the wide-log kernel, which computes the chunks the main kernel listed in
+// KernelArgs::wide_chunks; else the main kernel, over every chunk.
+template <int Threads, typename Count, bool OnChip, bool SortedRows, bool WideLog>
 __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
     phase1_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
@@ -55,7 +66,9 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
                             stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
     const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};
     const int n = s.C * (s.W + s.R);
-    for (int64_t c = blockIdx.x; c < s.N; c += gridDim.x) {
+    const int64_t chunks = WideLog ? static_cast<int64_t>(wide_chunk_count(*a.status)) : s.N;
+    for (int64_t i = blockIdx.x; i < chunks; i += gridDim.x) {
+        const int64_t c = WideLog ? static_cast<int64_t>(a.wide_chunks[i]) : i;
         const Chunk k{c, c >= s.N - s.P ? s.valid_last : s.C, n, (c % s.P) * s.stream_offset};
         if (threadIdx.x == 0) {
             sh.error_code = kNoError;
@@ -67,11 +80,20 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
         }
         __syncthreads();
         load_and_check(a, k, arr, sh);
-        prefetch_chunk(a, c + gridDim.x);
+        if (!WideLog) prefetch_chunk(a, c + gridDim.x);
         __syncthreads();
-        report_chunk_error(a, k, sh);
+        report_chunk_error(a, k, sh);   // the wide-log kernel reports the same again
         arr.log.shift = log_shift(sh.gate_lowest_bit, sh.gate_bits, s.C);
+        if (!WideLog && arr.log.shift < 0) {
+            if (threadIdx.x == 0) list_wide_chunk(a, c);
+            __syncthreads();   // sh is reset for the next chunk
+            continue;
+        }
         const InterleavedKeys sorted = sort_entries<Threads>(a, k, arr.keys, arr.keys_alt, staged, sort_temp);
+        // The kernel's form (the wide-log kernel's chunks were listed for it): the compiler
+        // drops the other form's code. After the sort: placed before its barriers, the
+        // assumption went unused.
+        __builtin_assume(WideLog ? arr.log.shift < 0 : arr.log.shift >= 0);
         decode<SortedRows>(a, k, sorted, arr);
         __syncthreads();
         scan_forward(a, k, arr, sh, scan_temp.forward);
@@ -86,15 +108,15 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
     }
 }
 
-// The kernel of launch configuration c among those with SortedRows. The half-size block
-// always has its core arrays on chip (configure); 32-bit counts mean a chunk too large for
-// shared memory.
-template <bool SortedRows>
+// The kernel of launch configuration c among those with SortedRows and WideLog. The
+// half-size block always has its core arrays on chip (configure); 32-bit counts mean a
+// chunk too large for shared memory.
+template <bool SortedRows, bool WideLog>
 KernelFn kernel_of(const LaunchConfig& c) {
-    if (c.threads != kMaxThreads) return phase1_kernel<kMaxThreads / 2, uint16_t, true, SortedRows>;
-    if (!c.narrow_counts) return phase1_kernel<kMaxThreads, uint32_t, false, SortedRows>;
-    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true, SortedRows>
-                     : phase1_kernel<kMaxThreads, uint16_t, false, SortedRows>;
+    if (c.threads != kMaxThreads) return phase1_kernel<kMaxThreads / 2, uint16_t, true, SortedRows, WideLog>;
+    if (!c.narrow_counts) return phase1_kernel<kMaxThreads, uint32_t, false, SortedRows, WideLog>;
+    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true, SortedRows, WideLog>
+                     : phase1_kernel<kMaxThreads, uint16_t, false, SortedRows, WideLog>;
 }
 
 }  // namespace

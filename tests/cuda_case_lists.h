@@ -310,6 +310,8 @@ inline CaseList two_block_cases(const ListOptions& o) {
         // then every field (the quick set keeps the second)
         spec("sorted-rows-kspa-bf16", N, 16, 4, 4, 1000).bfloat16().key_mode(Keys::Pool).gate_kind(Gates::Mixed).fields(SDM_P1_DET_SHIPPED | SDM_P1_DET_KSPA),
         spec("sorted-rows-int64-write", N, 16, 4, 4, 128).ids64().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
+        // chunks of both kernels (main and wide-log) in one execute
+        spec("mixed-chunks-default", N, 32, 8, 8, 4096).streams(8, 4096).key_mode(Keys::Pool).gate_kind(Gates::MixedChunks),
     };
     return seeded(thin(c, o, 2), "two_blocks", o);
 }
@@ -326,6 +328,7 @@ inline CaseList skewed_cases(const ListOptions& o) {
         spec("S7-zipf1.1", o.quick ? 128 : twice, 64, 32, 32, 65536).streams(128, 65536).skewed(1.1).gate_kind(Gates::Logsigmoid).bfloat16(),
         spec("S7-zipf1.1-all", 128, 64, 32, 32, 65536).streams(128, 65536).skewed(1.1).gate_kind(Gates::Logsigmoid).bfloat16().fields(SDM_P1_DET_ALL),
         spec("zipf0.8", 8, 64, 32, 32, 65536).streams(2).skewed(0.8).gate_kind(Gates::Mixed),
+        spec("zipf1.1-mixed-chunks-all", 12, 64, 32, 32, 65536).streams(4).skewed(1.1).gate_kind(Gates::MixedChunks).fields(SDM_P1_DET_ALL),
         spec("zipf1.3-f32-write", 8, 64, 32, 32, 65536).streams(4).skewed(1.3).gates_per_write().gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
         spec("zipf1.5-bf16", 8, 64, 32, 32, 4096).streams(2).skewed(1.5).bfloat16().gate_kind(Gates::Strong).value_kind(Values::Mixed),
         spec("zipf1.1-C128-W64", 4, 128, 64, 64, 262144).streams(2).skewed(1.1).bfloat16().gate_kind(Gates::Logsigmoid),

@@ -68,8 +68,10 @@ enum class Keys { Distinct, Random, Pool, Top, Zipf };
 // K ids' Zipf law, distinct per token; from the K ids of the token and the three before it
 // (reads that follow recent writes); all on the stream's slot 0.
 enum class Reads { Hit, Zipf, Recent, Slot0 };
+// MixedChunks: every third chunk (c % 3 == 1) has Mixed gates (log-cumsums of the wide form,
+// left to the wide-log kernel), the others Normal ones: both kernels' chunks in one execute.
 enum class Gates { Zero, Tiny, Strong, Normal, Signed, Positive, Extreme, ExtremeSigned, Subnormal,
-                   Mixed, Logsigmoid };
+                   Mixed, Logsigmoid, MixedChunks };
 enum class Values { Normal, Mixed, One, Wide };
 
 constexpr int64_t kRecordBits = SDM_P1_DET_KREC | SDM_P1_DET_QREC | SDM_P1_DET_QREC8;
@@ -440,7 +442,12 @@ inline HostInputs make_inputs(const CaseSpec& s) {
     }
     for (float& v : in.k_val) v = value(s.values, rng);
     for (float& v : in.q_val) v = value(s.values, rng);
-    for (float& v : in.g) v = gate_value(s.gates, rng);
+    const size_t chunk_gates = static_cast<size_t>(s.C * s.gate_width());
+    for (size_t i = 0; i < in.g.size(); ++i) {
+        const bool mixed_chunk = (i / chunk_gates) % 3 == 1;
+        const Gates kind = s.gates != Gates::MixedChunks ? s.gates : mixed_chunk ? Gates::Mixed : Gates::Normal;
+        in.g[i] = gate_value(kind, rng);
+    }
     for (float& v : in.beta) v = static_cast<float>(rng.uniform(0.05, 1.0));
     fill_padding(s, in, rng);
     return in;

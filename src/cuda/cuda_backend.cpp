@@ -137,7 +137,8 @@ Prepared prepare(const Options& o, size_t output_bytes) {
     p.status_offset = 0;
     p.value_offset = checked_align_up(sizeof(DeviceStatus), 256, what);
     const size_t values = checked_align_up(checked_mul(static_cast<size_t>(o.N), sizeof(uint64_t), what), 256, what);
-    p.scratch_offset = checked_add(p.value_offset, values, what);
+    p.wide_offset = checked_add(p.value_offset, values, what);
+    p.scratch_offset = checked_add(p.wide_offset, values, what);
     const size_t scratch = checked_mul(static_cast<size_t>(p.config.grid), p.config.scratch_per_block, what);
     p.workspace_bytes = checked_add(p.scratch_offset, scratch, what);
     return p;
@@ -181,7 +182,8 @@ void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in, const
     const int e = launch(kernel_shape(o), p.config, in.k_idx, in.q_idx, in.k_val, in.q_val, in.g,
                          out.kspa ? in.beta : nullptr, out, ws + p.scratch_offset,
                          reinterpret_cast<DeviceStatus*>(ws + p.status_offset),
-                         reinterpret_cast<uint64_t*>(ws + p.value_offset), stream);
+                         reinterpret_cast<uint64_t*>(ws + p.value_offset),
+                         reinterpret_cast<uint64_t*>(ws + p.wide_offset), stream);
     check(static_cast<cudaError_t>(e), "launching the Phase 1 kernel");
 }
 

@@ -38,6 +38,7 @@ struct Prepared {
     LaunchConfig config{};
     size_t status_offset = 0;   // DeviceStatus
     size_t value_offset = 0;    // uint64[N] bits of each chunk's first bad value
+    size_t wide_offset = 0;     // uint64[N] the chunks left to the wide-log kernel
     size_t scratch_offset = 0;  // global scratch of the blocks (config), if any
     size_t workspace_bytes = 0;
 };
