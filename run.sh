@@ -171,7 +171,7 @@ test_job() {
         exit 1
     fi
     step "lint: ruff on the Python code"
-    "$python" -m ruff check --quiet "$root/bindings/python" "$root/examples"
+    "$python" -m ruff check --quiet "$root/bindings/python" "$root/examples" "$root/tests"
     step "install: meson install, then the C example built against the installed sdmp1.pc"
     local stage pcdir
     stage=$(mktemp -d)

@@ -13,6 +13,8 @@ import os
 import re
 import sys
 
+from doc_check import report, repository_root
+
 # [text](target) and [text](target "title"); images too. Code spans are removed first, so
 # that `a[i](j)` in code is not taken for a link.
 LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -48,7 +50,7 @@ def broken_links(page):
 
 
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = repository_root()
     bad, checked = [], 0
     for page in pages(root):
         if not os.path.exists(page):
@@ -56,11 +58,8 @@ def main():
             continue
         checked += 1
         bad += [f"{os.path.relpath(page, root)}: {t}" for t in broken_links(page)]
-    if bad:
-        print("links to files that do not exist:\n  " + "\n  ".join(bad))
-        return 1
-    print(f"documentation links: {checked} pages, every link to a repository file resolves")
-    return 0
+    return report(bad, "links to files or headings that do not exist:",
+                  f"documentation links: {checked} pages, every link to a repository file resolves")
 
 
 if __name__ == "__main__":

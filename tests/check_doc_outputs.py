@@ -8,6 +8,8 @@ import os
 import re
 import sys
 
+from doc_check import report, repository_root
+
 DTYPES = ("float32", "int8", "int32", "int64", "value dtype")
 
 
@@ -40,21 +42,18 @@ def page_fields(text):
 
 
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = repository_root()
     with open(os.path.join(root, "include", "sdm", "phase1.h")) as f:
         want = header_fields(f.read())
     with open(os.path.join(root, "docs", "outputs.md")) as f:
         got = page_fields(f.read())
     if not want:
         raise SystemExit("header: no sdm_p1_field values found")
-    errors = [f"header {w}\n   page {g}" for w, g in zip(want, got) if w != g]
+    errors = [f"header {w}, page {g}" for w, g in zip(want, got) if w != g]
     if len(want) != len(got):
         errors.append(f"header lists {len(want)} fields, docs/outputs.md {len(got)}")
-    if errors:
-        print("docs/outputs.md differs from include/sdm/phase1.h:\n" + "\n".join(errors))
-        return 1
-    print(f"docs/outputs.md: the header's {len(want)} fields, shapes and dtypes")
-    return 0
+    return report(errors, "docs/outputs.md differs from include/sdm/phase1.h:",
+                  f"docs/outputs.md: the header's {len(want)} fields, shapes and dtypes")
 
 
 if __name__ == "__main__":

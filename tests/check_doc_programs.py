@@ -13,12 +13,14 @@ import os
 import re
 import sys
 
+from doc_check import report, repository_root
+
 BINDING_PAGES = ("c.md", "python.md", "rust.md")
 PROGRAM = re.compile(r"^<!-- program: (\S+) -->\n```[^\n]*\n(.*?)^```$", re.M | re.S)
 
 
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = repository_root()
     errors, shown = [], []
     for page in sorted(glob.glob(os.path.join(root, "docs", "*.md"))):
         with open(page) as f:
@@ -41,11 +43,8 @@ def main():
     for name in BINDING_PAGES:
         if not os.path.exists(os.path.join(root, "docs", name)):
             errors.append(f"docs/{name} is missing")
-    if errors:
-        print("\n".join(errors))
-        return 1
-    print("programs on the pages equal their files: " + ", ".join(shown))
-    return 0
+    return report(errors, "the documentation's programs:",
+                  "programs on the pages equal their files: " + ", ".join(shown))
 
 
 if __name__ == "__main__":
