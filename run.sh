@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # libsdmp1's one entry point for a fresh machine:
-#   ./run.sh main    install what is missing, build, run the C example on the CPU backend
-#   ./run.sh test    install what is missing, build, run every test (C/C++, Python against the
-#                    installed wheel, Rust) and lint
+#   ./run.sh main    install what is missing, build, run the examples on the CPU backend (C,
+#                    NumPy, the SDM layer, Rust)
+#   ./run.sh test    install what is missing, build, run every test (C/C++ and the documentation
+#                    checks, Python against the installed wheel, Rust), lint, and the examples
 #   ./run.sh build   install what is missing and build only
 #   ./run.sh abi-baseline   build, then write abi/libsdmp1.abi from the library (after a
 #                    reviewed ABI change; see abi/libsdmp1.abignore)
@@ -107,13 +108,25 @@ build() {
 
 main_job() {
     build
+    run_examples
+}
+
+# Every example that runs without a GPU, on the CPU backend (main and test both run them).
+run_examples() {
     step "example: examples/phase1_cpu.c on the CPU backend"
     "$build/examples/phase1_cpu"
     step "example: examples/phase1_numpy.py through the Python package"
-    SDMP1_LIBRARY="$build/libsdmp1.so" PYTHONPATH="$root/bindings/python" \
-        "$python" "$root/examples/phase1_numpy.py"
+    python_example phase1_numpy.py
+    step "example: examples/sdm_layer.py, an SDM layer (Phase 1, then the chunked recurrence)"
+    python_example sdm_layer.py
     step "example: examples/phase1_rust.rs through the Rust crate sdm-phase1"
     rust_cargo run --offline --quiet --example phase1_rust
+}
+
+# A Python example against the library of "$build", the package from the source tree.
+python_example() {
+    SDMP1_LIBRARY="$build/libsdmp1.so" PYTHONPATH="$root/bindings/python" \
+        "$python" "$root/examples/$1"
 }
 
 # cargo in bindings/rust, linking the library of "$build" (rustup's cargo may sit in
@@ -158,7 +171,7 @@ test_job() {
         exit 1
     fi
     step "lint: ruff on the Python code"
-    "$python" -m ruff check --quiet "$root/bindings/python" "$root/examples"
+    "$python" -m ruff check --quiet "$root/bindings/python" "$root/examples" "$root/tests"
     step "install: meson install, then the C example built against the installed sdmp1.pc"
     local stage pcdir
     stage=$(mktemp -d)
@@ -174,6 +187,7 @@ test_job() {
     meson_cmd test -C "$build" --print-errorlogs
     wheel_tests
     rust_tests
+    run_examples
     if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
         sanitized_tests
         thread_sanitized_tests

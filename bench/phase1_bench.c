@@ -1,9 +1,9 @@
-/* Times sdm_p1_execute on the benchmark shapes of DESIGN.md, or on shapes given on the
+/* Times sdm_p1_execute on the benchmark shapes of docs/design.md, or on shapes given on the
  * command line.
  *
  *   phase1_bench [--backend cpu|cuda] [--reps K] [--threads T] [--json FILE] [--sweep]
  *                [SHAPE ...]
- *   SHAPE: S1 .. S7 (DESIGN.md), a worst case (below), or N,C,W,R,num_keys[,streams] (bf16
+ *   SHAPE: S1 .. S7 (docs/design.md), a worst case (below), or N,C,W,R,num_keys[,streams] (bf16
  *   values, int32 ids, per-token gates, uniform ids; one stream unless given)
  *
  * CPU (the default): --reps 5 and the shape 256,64,32,32,65536; prints the best and mean
@@ -26,7 +26,7 @@
  * for the S1 shape, a line per N in 1024 .. 16384 shows the time and time per chunk (without
  * shapes given, or with --sweep). --json FILE writes the same figures (CUDA mode).
  *
- * Inputs as DESIGN.md describes them: slot ids distinct within a token (K and Q each), uniform
+ * Inputs as docs/design.md describes them: slot ids distinct within a token (K and Q each), uniform
  * (S7: by a Zipf law of exponent 1.1 over the keys, ranks mapped to slots by a fixed random
  * permutation), 128 streams (S6: 2), gates logsigmoid(x) of uniform x in [-2, 8) (negative),
  * values uniform in [-1, 1) as bf16 or f32; generated once per shape on the host. */

@@ -2,7 +2,7 @@
 // the bit layouts of the packed outputs and the canonical arithmetic. Every output bit that
 // both backends produce is defined by a function here, so the two cannot drift apart.
 //
-// Canonical arithmetic (see DESIGN.md):
+// Canonical arithmetic (see docs/design.md):
 //  * Gates are rounded once to a signed 128-bit fixed-point number with 96 fraction bits
 //    (Q31.96). Every float32 gate of magnitude 2^-73 .. 2^22 is held exactly; smaller ones are
 //    rounded to a multiple of 2^-96 (an absolute error below 2^-97). Sums and differences of

@@ -255,7 +255,7 @@ inline CaseList largest_cases(const ListOptions& o) {
     return seeded(c, "largest", o);
 }
 
-// The benchmark shapes S1..S6 of DESIGN.md at reduced N (S6 in full), data as the benchmark
+// The benchmark shapes S1..S6 of docs/design.md at reduced N (S6 in full), data as the benchmark
 // makes it: distinct ids per token, logsigmoid gates; default det_fields and every field.
 // Between them they cover the kernels and their array placements (ArrayLayout): the
 // half-size kernel, two blocks an SM, with log_high and (S5) the gates in global scratch

@@ -1,5 +1,5 @@
 """The host time of a cached sdm_phase1 call, per path, next to the kernel's GPU time, for the S6
-shape of DESIGN.md (N=128, C=128, W=R=64, num_keys=262144, bfloat16 values, per-token gates,
+shape of docs/design.md (N=128, C=128, W=R=64, num_keys=262144, bfloat16 values, per-token gates,
 2 streams, the default det_fields), in one table:
 
     python3 bindings/python/benchmarks/bench_overhead.py [--json FILE]
