@@ -1,17 +1,10 @@
-"""The whole library through the recurrence it exists for (DESIGN.md).
+"""The whole library through the recurrence it exists for (docs/design.md).
 
-A memory holds one row of D numbers per slot per stream. The token-by-token delta rule, in
-float64, for each valid token t in time order:
-    every distinct slot the token writes decays once: M[s] *= exp(gate)   (repeats: not again)
-    pred = sum_w k_w M[s_w];  u = beta_t (v_t - pred);  M[s_w] += k_w u for every lane w
-    o_t = sum_r q_r M[s_r]
-The chunked form from the library's Phase-1 outputs, per chunk with start state S0:
-    (I + diag(beta) a) u = diag(beta) (v - k_eff S0)
-    o = q_w S0 + qk u
-    S_end[slot] = cpe S0[slot] (once per slot) + sum over K entries k exp(rex) u
-computed twice: from the per-entry fields (k_eff, q_w, cpe, rex) and from the mover records
-(kspa, qrec, krec). Padding tokens do nothing. Both must match the token-by-token outputs and
-final memory within a relative tolerance of the magnitude.
+examples/sdm_recurrence.py holds both forms in float64: the token-by-token delta rule, and the
+chunked WY form from the library's Phase-1 outputs, computed twice: from the per-entry fields
+(k_eff, q_w, cpe, rex) and from the mover records (kspa, qrec, krec). Padding tokens do nothing.
+Both must match the token-by-token outputs and final memory within a relative tolerance of the
+magnitude.
 """
 
 from __future__ import annotations
@@ -19,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import reference as ref
+import sdm_recurrence as rec
 from error_report import merge_error_report
 
 p1 = pytest.importorskip("sdm_phase1")
@@ -93,110 +87,28 @@ def make_inputs(seed, *, P, steps, C, W, R, D, num_keys, valid_last, gate, gate_
                 valid_last=valid_last)
 
 
+def lengths_of(x):
+    N, C = x["k_idx"].shape[:2]
+    return rec.chunk_lengths(N, C, x["num_parallel"], valid_last=x["valid_last"])
+
+
 def token_by_token(x):
-    """float64 delta rule, one token at a time. Returns (o [N, C, D], final memory [P, K, D])."""
-    k_idx, q_idx, g, beta, v = x["k_idx"], x["q_idx"], x["g"], x["beta"], x["v"]
-    kv = ref.values_f64(x["k_val"])
-    qv = ref.values_f64(x["q_val"])
-    N, C, W = k_idx.shape
-    P = x["num_parallel"]
-    M = x["M0"].copy()
-    o = np.zeros_like(v)
-    for c in range(N):   # time-major: chunk c follows chunk c - P of its stream
-        s = c % P
-        base = s * x["stream_offset"]
-        tv = x["valid_last"] if c >= N - P else C
-        Ms = M[s]
-        for t in range(tv):
-            slots = k_idx[c, t].astype(np.int64) - base
-            seen = set()
-            for w in range(W):
-                if slots[w] not in seen:
-                    seen.add(slots[w])
-                    gate = g[c, t, 0] if g.shape[2] == 1 else g[c, t, w]
-                    Ms[slots[w]] *= np.exp(np.float64(gate))
-            pred = (kv[c, t][:, None] * Ms[slots]).sum(axis=0)
-            u = np.float64(beta[c, t]) * (v[c, t] - pred)
-            for w in range(W):
-                Ms[slots[w]] += kv[c, t, w] * u
-            qs = q_idx[c, t].astype(np.int64) - base
-            o[c, t] = (qv[c, t][:, None] * Ms[qs]).sum(axis=0)
-    return o, M
-
-
-def _vals(a, bf16):
-    return ref.bf16_to_f64(a) if bf16 else np.asarray(a, np.float64)
-
-
-def _f32(words):
-    return np.ascontiguousarray(np.asarray(words, np.int32)).view(np.float32).astype(np.float64)
+    return rec.token_by_token(x["k_idx"], x["q_idx"], x["k_val"], x["q_val"], x["g"], x["beta"],
+                              x["v"], x["M0"], num_parallel=x["num_parallel"],
+                              stream_offset=x["stream_offset"], lengths=lengths_of(x))
 
 
 def chunked(x, out, use_records):
-    """The chunked recurrence on the library's outputs."""
-    k_idx, q_idx, beta, v = x["k_idx"], x["q_idx"], x["beta"], x["v"]
-    bf16 = np.asarray(x["k_val"]).dtype == np.uint16
-    kv = ref.values_f64(x["k_val"])
-    N, C, W = k_idx.shape
-    P = x["num_parallel"]
-    M = x["M0"].copy()
-    o = np.zeros_like(v)
-    k_eff = _vals(out.k_eff, bf16)
-    q_w = _vals(out.q_w, bf16)
-    cpe = _vals(out.cpe, bf16)
-    rex = np.asarray(out.rex, np.float64)
-    for c in range(N):
-        s = c % P
-        base = s * x["stream_offset"]
-        tv = x["valid_last"] if c >= N - P else C
-        S0 = M[s]
-        a = np.asarray(out.a[c], np.float64)
-        qk = np.asarray(out.qk[c], np.float64)
-        # the library keeps padding rows and columns at zero
-        assert not a[tv:].any() and not a[:, tv:].any() and not qk[tv:].any() and not qk[:, tv:].any()
-        a, qk = a[:tv, :tv], qk[:tv, :tv]
-        b = np.asarray(beta[c, :tv], np.float64)
-        if use_records:
-            # kspa = -beta k_eff by K-row index; krec = {element, slot, k exp(rex), cpe}
-            krec = np.asarray(out.krec[c])
-            elem = krec[:, 0].astype(np.int64) & 0xFFFFFFFF
-            valid = (elem & ref.INVALID_BIT) == 0
-            tok = (elem >> ref.TOKEN_SHIFT) & 0xFF
-            slot = krec[:, 1].astype(np.int64) - base
-            kspa = np.asarray(out.kspa[c], np.float64)
-            bpred = np.zeros((tv, S0.shape[1]))
-            np.add.at(bpred, tok[valid], -kspa[valid][:, None] * S0[slot[valid]])
-            rhs = b[:, None] * v[c, :tv] - bpred
-            u = np.linalg.solve(np.eye(tv) + b[:, None] * a, rhs)
-            qrec = np.asarray(out.qrec[c])
-            qel = qrec[:, 0].astype(np.int64) & 0xFFFFFFFF
-            qvalid = (qel & ref.INVALID_BIT) == 0
-            qtok = (qel >> ref.TOKEN_SHIFT) & 0xFF
-            qslot = qrec[:, 1].astype(np.int64) - base
-            qscale = _f32(qrec[:, 2])
-            oc = qk @ u
-            np.add.at(oc, qtok[qvalid], qscale[qvalid][:, None] * S0[qslot[qvalid]])
-            o[c, :tv] = oc
-            scale = _f32(krec[:, 2])
-            cpe_w = _f32(krec[:, 3])
-            S = S0.copy()
-            written = slot[valid]
-            S[written] = cpe_w[valid][:, None] * S0[written]   # same cpe for every entry of a slot
-            np.add.at(S, written, scale[valid][:, None] * u[tok[valid]])
-            M[s] = S
-        else:
-            slots = k_idx[c, :tv].astype(np.int64) - base
-            qslots = q_idx[c, :tv].astype(np.int64) - base
-            pred0 = np.einsum("tw,twd->td", k_eff[c, :tv], S0[slots])
-            u = np.linalg.solve(np.eye(tv) + b[:, None] * a, b[:, None] * (v[c, :tv] - pred0))
-            o[c, :tv] = np.einsum("tr,trd->td", q_w[c, :tv], S0[qslots]) + qk @ u
-            S = S0.copy()
-            fs = slots.reshape(-1)
-            S[fs] = cpe[c, :tv].reshape(-1)[:, None] * S0[fs]
-            contrib = (kv[c, :tv] * np.exp(rex[c, :tv]))[:, :, None] * u[:, None, :]
-            np.add.at(S, fs, contrib.reshape(-1, S.shape[1]))
-            M[s] = S
-    return o, M
+    return rec.chunked(out, x["k_idx"], x["q_idx"], x["k_val"], x["beta"], x["v"], x["M0"],
+                       num_parallel=x["num_parallel"], stream_offset=x["stream_offset"],
+                       lengths=lengths_of(x), use_records=use_records)
+
+
+def assert_padding_zero(out, lengths):
+    """The library keeps the padding rows and columns of a and qk at zero."""
+    for c, n in enumerate(lengths):
+        for m in (np.asarray(out.a[c]), np.asarray(out.qk[c])):
+            assert not m[n:].any() and not m[:, n:].any(), f"chunk {c}: padding cells not zero"
 
 
 CASES = [
@@ -222,21 +134,51 @@ def test_chunked_recurrence_matches_token_by_token(cid, kw, use_records):
     out = p1.phase1_forward(x["k_idx"], x["q_idx"], x["k_val"], x["q_val"], x["g"],
                             num_parallel=x["num_parallel"], stream_offset=x["stream_offset"],
                             num_keys=x["num_keys"], valid_last=x["valid_last"], beta=x["beta"])
+    assert_padding_zero(out, lengths_of(x))
     o_ref, M_ref = token_by_token(x)
     o, M = chunked(x, out, use_records)
-    N, C = x["k_idx"].shape[:2]
-    P = x["num_parallel"]
-    valid = np.ones((N, C), bool)
-    valid[N - P:, x["valid_last"]:] = False
+    bf16 = np.asarray(x["k_val"]).dtype == np.uint16
+    check_against_token_by_token(cid, (o, M), (o_ref, M_ref), lengths_of(x),
+                                 f"{'records' if use_records else 'fields'}{', bf16' if bf16 else ''}",
+                                 REL_TOL_BF16 if bf16 else REL_TOL)
+
+
+def check_against_token_by_token(cid, got, want, lengths, kind, tol):
+    """Outputs zero at padding tokens, and o and the final memory within tol of the reference."""
+    (o, M), (o_ref, M_ref) = got, want
+    valid = np.arange(o.shape[1])[None, :] < np.asarray(lengths)[:, None]
     assert np.all(o[~valid] == 0)
-    for name, got, want in (("o", o[valid], o_ref[valid]), ("memory", M, M_ref)):
-        scale = max(np.abs(want).max(), 1e-30)
-        err = np.abs(got - want).max() / scale
-        bf16 = np.asarray(x["k_val"]).dtype == np.uint16
-        key = f"{name}[{'records' if use_records else 'fields'}{', bf16' if bf16 else ''}]"
-        WORST[key] = max(WORST.get(key, 0.0), float(err))
-        tol = REL_TOL_BF16 if bf16 else REL_TOL
+    for name, g, w in (("o", o[valid], o_ref[valid]), ("memory", M, M_ref)):
+        err = rec.relative_error(g, w)
+        key = f"{name}[{kind}]"
+        WORST[key] = max(WORST.get(key, 0.0), err)
         assert err <= tol, f"{cid}: {name} differs by {err:.3g} of its magnitude"
+
+
+@pytest.mark.parametrize("use_records", [False, True], ids=["fields", "records"])
+def test_recurrence_with_chunks_of_any_length(use_records):
+    """Chunks of every length from 0 to C, in any position (as per-stream lengths give them):
+    tokens past a chunk's length are made neutral for the library (gate 0, values 0, beta 0),
+    which then computes the same Phase 1 as if they were padding, and the recurrence module,
+    told the lengths, must skip them, empty chunks included."""
+    P, steps, C = 3, 3, 16
+    x = make_inputs(11, P=P, steps=steps, C=C, W=3, R=2, D=4, num_keys=20, valid_last=C,
+                    gate="token", gate_kind="normal", vals="f32", repeats=False)
+    lengths = rec.chunk_lengths(P * steps, C, P, stream_lengths=[0, 2 * C + 5, 3 * C])
+    pad = np.arange(C)[None, :] >= lengths[:, None]
+    for name in ("k_val", "q_val", "g", "beta"):
+        x[name][pad] = 0
+    out = p1.phase1_forward(x["k_idx"], x["q_idx"], x["k_val"], x["q_val"], x["g"],
+                            num_parallel=P, stream_offset=x["stream_offset"],
+                            num_keys=x["num_keys"], valid_last=C, beta=x["beta"])
+    args = dict(num_parallel=P, stream_offset=x["stream_offset"], lengths=lengths)
+    want = rec.token_by_token(x["k_idx"], x["q_idx"], x["k_val"], x["q_val"], x["g"], x["beta"],
+                              x["v"], x["M0"], **args)
+    got = rec.chunked(out, x["k_idx"], x["q_idx"], x["k_val"], x["beta"], x["v"], x["M0"],
+                      use_records=use_records, **args)
+    assert np.array_equal(got[1][0], x["M0"][0]), "an empty stream's memory changed"
+    check_against_token_by_token("lengths", got, want, lengths,
+                                 f"{'records' if use_records else 'fields'}, lengths", REL_TOL)
 
 
 def test_recurrence_detects_a_wrong_output():
@@ -251,5 +193,4 @@ def test_recurrence_detects_a_wrong_output():
     i, j = np.unravel_index(np.argmax(np.abs(qk[0])), qk[0].shape)
     qk[0, i, j] *= 1.001
     o, _ = chunked(x, out._replace(qk=qk), False)
-    err = np.abs(o - o_ref).max() / np.abs(o_ref).max()
-    assert err > REL_TOL
+    assert rec.relative_error(o, o_ref) > REL_TOL
