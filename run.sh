@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # libsdmp1's one entry point for a fresh machine:
-#   ./run.sh main    install what is missing, build, run the C example on the CPU backend
+#   ./run.sh main    install what is missing, build, run the C, NumPy (phase1_numpy.py,
+#                    phase1_varlen.py) and Rust examples on the CPU backend
 #   ./run.sh test    install what is missing, build, run every test (C/C++, Python against the
 #                    installed wheel, Rust) and lint
 #   ./run.sh build   install what is missing and build only
@@ -112,6 +113,9 @@ main_job() {
     step "example: examples/phase1_numpy.py through the Python package"
     SDMP1_LIBRARY="$build/libsdmp1.so" PYTHONPATH="$root/bindings/python" \
         "$python" "$root/examples/phase1_numpy.py"
+    step "example: examples/phase1_varlen.py (sequences of different lengths, the chunked recurrence)"
+    SDMP1_LIBRARY="$build/libsdmp1.so" PYTHONPATH="$root/bindings/python" \
+        "$python" "$root/examples/phase1_varlen.py"
     step "example: examples/phase1_rust.rs through the Rust crate sdm-phase1"
     rust_cargo run --offline --quiet --example phase1_rust
 }

@@ -6,8 +6,9 @@ flash-linear-attention's varlen mode takes it) into the [N, C, W] inputs of
 :func:`sdm_phase1.phase1_forward`: one stream per (sequence, head), ``num_parallel = B * H``
 (stream ``b * H + h``), ``steps = ceil(T / C)`` chunks a stream, chunk ``step * num_parallel + s``
 holding tokens ``step * C ..`` of stream s, and the per-stream lengths
-(``stream_lengths``). :func:`from_chunks` turns per-token outputs ([N, C, ...], e.g. log_k,
-k_eff, q_w) back into the caller's layout.
+(``stream_lengths``). :func:`chunk_tokens` does the same for any other per-token array of
+the batch (e.g. the values a recurrence writes), and :func:`from_chunks` turns per-token
+outputs ([N, C, ...], e.g. log_k, k_eff, q_w) back into the caller's layout.
 
 Both are pure array functions over NumPy, PyTorch, CuPy or JAX arrays (the result is of the
 inputs' kind and device): gathers, reshapes and transposes, with no host synchronization
@@ -23,22 +24,24 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["ChunkLayout", "Chunks", "to_chunks", "from_chunks"]
+__all__ = ["ChunkLayout", "Chunks", "to_chunks", "chunk_tokens", "from_chunks"]
 
 
 class ChunkLayout(NamedTuple):
     """Where the chunks' tokens came from: ``batch`` sequences of ``heads`` heads, ``steps``
     chunks of ``chunk_size`` tokens a stream; ``seq_len`` the caller's T (batch-major) or the
-    longest sequence (packed); ``cu_seqlens`` and ``total_tokens`` for a packed batch (None
-    for batch-major)."""
+    longest sequence (packed); ``lengths`` the sequences' lengths ([B], on the inputs'
+    device); ``cu_seqlens`` for a packed batch (None for batch-major); ``total_tokens`` the
+    tokens of the flat batch (B * T, or total_T)."""
 
     batch: int
     heads: int
     steps: int
     chunk_size: int
     seq_len: int
-    cu_seqlens: Any = None
-    total_tokens: Optional[int] = None
+    lengths: Any
+    cu_seqlens: Any
+    total_tokens: int
 
     @property
     def num_parallel(self) -> int:
@@ -158,9 +161,32 @@ def _as_array(x):
     return x if root in ("torch", "cupy", "jax", "jaxlib", "numpy") else np.asarray(x)
 
 
-def _chunk(ops, x, idx, mask, layout: ChunkLayout):
-    """x: [tokens, H, ...] -> [N, C, ...]: the tokens idx [B, steps * C] (masked: zeros)."""
+def chunk_tokens(x, layout: ChunkLayout):
+    """A per-token array of the batch in the layout of the chunks: [B, T, H, ...] (batch-major)
+    or [total_T, H, ...] (packed) -> [N, C, ...], stream b * H + h of chunk step * P + s; the
+    padding tokens hold zeros. An array of x's kind, on its device."""
+    x = _as_array(x)
+    ops = _ops(x)
     B, H, steps, C = layout.batch, layout.heads, layout.steps, layout.chunk_size
+    packed = layout.cu_seqlens is not None
+    lead = 1 if packed else 2
+    want = (layout.total_tokens,) if packed else (B, layout.seq_len)
+    if tuple(x.shape[:lead]) != want or x.ndim < lead + 1 or int(x.shape[lead]) != H:
+        raise ValueError(f"chunk_tokens: shape {tuple(x.shape)} is not the layout's "
+                         f"{list(want) + [H]} + [...]")
+    if not packed:
+        x = x.reshape((layout.total_tokens,) + tuple(x.shape[2:]))
+    # Token p of sequence b is flat token starts[b] + p while p < its length; the padding
+    # tokens read token 0 and are zeroed (clamped: a length above T never reads out of bounds).
+    like = layout.lengths
+    if packed:
+        starts = ops.index(layout.cu_seqlens[:-1])
+    else:
+        starts = ops.index(ops.arange(B, like)) * layout.seq_len
+    p = ops.arange(steps * C, like)
+    mask = p.reshape((1, -1)) < layout.lengths.reshape((-1, 1))
+    idx = ops.where(mask, starts.reshape((-1, 1)) + ops.index(p).reshape((1, -1)), 0)
+    idx = ops.minimum(idx, layout.total_tokens - 1)
     tail = tuple(x.shape[2:])
     y = x[idx]  # [B, steps * C, H, ...]
     y = ops.where(mask.reshape((B, steps * C) + (1,) * (y.ndim - 2)), y, 0)
@@ -218,7 +244,6 @@ def to_chunks(k_idx, q_idx, k_val, q_val, g, *, chunk_size: int, beta=None, leng
         total = int(k_idx.shape[0])
         if max_len is None:
             max_len = int((cu_seqlens[1:] - cu_seqlens[:-1]).max()) if B > 0 else 0
-        starts = ops.index(cu_seqlens[:-1])
         seq_lengths = cu_seqlens[1:] - cu_seqlens[:-1]
         T = int(max_len)
     else:
@@ -226,36 +251,25 @@ def to_chunks(k_idx, q_idx, k_val, q_val, g, *, chunk_size: int, beta=None, leng
             raise ValueError("max_len is for packed batches (cu_seqlens)")
         B, T = int(k_idx.shape[0]), int(k_idx.shape[1])
         total = B * T
-        starts = ops.index(ops.arange(B, k_idx)) * T
         seq_lengths = ops.full((B,), T, k_idx) if lengths is None else _as_array(lengths)
     if B < 1 or T < 1:
         raise ValueError(f"to_chunks needs at least one sequence and one token (B = {B}, T = {T})")
-    steps = -(-T // C)
-    layout = ChunkLayout(B, H, steps, C, T, cu_seqlens if packed else None, total if packed else None)
+    layout = ChunkLayout(B, H, -(-T // C), C, T, seq_lengths, cu_seqlens if packed else None, total)
 
-    # Token steps * C * b + p of the padded batch is packed token starts[b] + p where
-    # p < its length; padding tokens read token 0 and are zeroed.
-    p = ops.arange(steps * C, k_idx)
-    mask = p.reshape((1, -1)) < seq_lengths.reshape((-1, 1))
-    idx = ops.where(mask, starts.reshape((-1, 1)) + ops.index(p).reshape((1, -1)), 0)
-    idx = ops.minimum(idx, total - 1)  # lengths above T: clamped, never out of bounds
-
-    def flat(x, name, trailing):
-        # [B, T, H, ...] -> [B * T, H, ...]; packed inputs are flat already.
+    def chunked(x, name, trailing):
         if x.ndim != lead + trailing:
             raise ValueError(f"{name} has shape {tuple(x.shape)}, not the layout of k_idx "
                              f"{tuple(k_idx.shape)}")
-        return x if packed else x.reshape((total,) + tuple(x.shape[2:]))
+        return chunk_tokens(x, layout)
 
     gate = g if g.ndim == lead + 2 else g.reshape(tuple(g.shape) + (1,))
-    out = [_chunk(ops, flat(x, n, 2), idx, mask, layout)
-           for x, n in ((k_idx, "k_idx"), (q_idx, "q_idx"), (k_val, "k_val"), (q_val, "q_val"),
-                        (gate, "g"))]
+    out = [chunked(x, n, 2) for x, n in ((k_idx, "k_idx"), (q_idx, "q_idx"), (k_val, "k_val"),
+                                         (q_val, "q_val"), (gate, "g"))]
     if stream_offset is not None:
         base = (ops.arange(layout.N, k_idx) % (B * H)) * int(stream_offset)  # chunk c: stream c % P
         base = ops.astype(base.reshape((-1, 1, 1)), out[0])
         out[0], out[1] = out[0] + base, out[1] + base
-    beta_c = None if beta is None else _chunk(ops, flat(beta, "beta", 1), idx, mask, layout)
+    beta_c = None if beta is None else chunked(beta, "beta", 1)
     stream_lengths = ops.repeat(seq_lengths, H)  # stream b * H + h: sequence b
     return Chunks(*out, beta_c, stream_lengths, B * H, layout)
 

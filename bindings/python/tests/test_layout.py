@@ -5,7 +5,7 @@ against each sequence run alone."""
 import numpy as np
 import pytest
 import sdm_phase1 as p1
-from sdm_phase1.layout import from_chunks, to_chunks
+from sdm_phase1.layout import chunk_tokens, from_chunks, to_chunks
 
 
 def batch(seed, B, T, H, W, R, num_keys, gate_width=1):
@@ -53,6 +53,10 @@ def test_batch_major_against_loops(T, C):
     np.testing.assert_array_equal(ch.stream_lengths, np.repeat(lengths, H))
     for a in ch[:6]:
         assert a.flags.c_contiguous
+    v = np.random.default_rng(9).standard_normal((B, T, H, 5))
+    np.testing.assert_array_equal(chunk_tokens(v, ch.layout), loop_chunks(v, lengths, C))
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        chunk_tokens(v[:, 1:], ch.layout)
     # Round trip: the valid tokens come back; the others are zeros.
     back = from_chunks(ch.k_val, ch.layout)
     assert back.shape == kv.shape
