@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sdm_phase1 as p1
-from gpu_support import assert_same, cpu_result, cuda_skip_reason, split, torch_inputs
+from gpu_support import assert_same, capture_graph, cpu_result, cuda_skip_reason, split, torch_inputs
 from test_reference import LENGTHS, make_case
 
 torch = pytest.importorskip("torch")
@@ -55,14 +55,7 @@ def test_graph_replay_with_new_lengths_in_the_same_tensor():
         return p1.phase1_forward(*(t[n] for n in NAMES), beta=t["beta"], det_fields=DET_ALL,
                                  stream_lengths=lengths, **opts)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = call()
+    graph, out = capture_graph(call)
     for vec in ([32, 0, 17], [1, 16, 31], [0, 0, 0], [32, 32, 32]):
         lengths.copy_(torch.tensor(vec, dtype=torch.int32))
         graph.replay()

@@ -3,7 +3,7 @@
 //! same, and the errors for a wrong count and lengths out of range.
 mod common;
 
-use common::{assert_same, collect, random_data, run_c, run_c_lengths, Case};
+use common::{assert_same, collect, random_data, run_c, run_c_lengths, Case, Data};
 use sdm_phase1::{DetFields, Inputs, Status, StreamLengths};
 
 // Three streams of four chunks of 16 tokens, every field; ids and gates valid everywhere
@@ -20,19 +20,23 @@ fn case() -> Case {
     c
 }
 
-#[test]
-fn lengths_equal_the_c_api() {
-    let case = case();
-    let d = random_data(&case);
-    let mut plan = case.builder().build().unwrap();
-    let inputs = Inputs {
+fn inputs(d: &Data) -> Inputs<'_, i64, f32> {
+    Inputs {
         k_idx: &d.k_idx,
         q_idx: &d.q_idx,
         k_val: &d.k_val,
         q_val: &d.q_val,
         g: &d.g,
         beta: Some(&d.beta),
-    };
+    }
+}
+
+#[test]
+fn lengths_equal_the_c_api() {
+    let case = case();
+    let d = random_data(&case);
+    let mut plan = case.builder().build().unwrap();
+    let inputs = inputs(&d);
     for lengths in [[64i64, 0, 33], [1, 16, 48], [0, 0, 0]] {
         let want = run_c_lengths(&case, &d, true, Some(&lengths)).unwrap();
         plan.execute_with_lengths(&inputs, &lengths[..]).unwrap();
@@ -58,14 +62,7 @@ fn bad_lengths_are_refused() {
     let case = case();
     let d = random_data(&case);
     let mut plan = case.builder().build().unwrap();
-    let inputs = Inputs {
-        k_idx: &d.k_idx,
-        q_idx: &d.q_idx,
-        k_val: &d.k_val,
-        q_val: &d.q_val,
-        g: &d.g,
-        beta: Some(&d.beta),
-    };
+    let inputs = inputs(&d);
     let e = plan
         .execute_with_lengths(&inputs, &[1i32, 2][..])
         .unwrap_err();
