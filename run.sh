@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libsdmp1's one entry point for a fresh machine:
 #   ./run.sh main    install what is missing, build, run the examples on the CPU backend (C,
-#                    NumPy, the SDM layer, Rust)
+#                    NumPy, sequences of different lengths, the SDM layer, Rust)
 #   ./run.sh test    install what is missing, build, run every test (C/C++ and the documentation
 #                    checks, Python against the installed wheel, Rust), lint, and the examples
 #   ./run.sh build   install what is missing and build only
@@ -117,6 +117,8 @@ run_examples() {
     "$build/examples/phase1_cpu"
     step "example: examples/phase1_numpy.py through the Python package"
     python_example phase1_numpy.py
+    step "example: examples/phase1_varlen.py (sequences of different lengths, the chunked recurrence)"
+    python_example phase1_varlen.py
     step "example: examples/sdm_layer.py, an SDM layer (Phase 1, then the chunked recurrence)"
     python_example sdm_layer.py
     step "example: examples/phase1_rust.rs through the Rust crate sdm-phase1"

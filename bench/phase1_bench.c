@@ -2,7 +2,7 @@
  * command line.
  *
  *   phase1_bench [--backend cpu|cuda] [--reps K] [--threads T] [--json FILE] [--sweep]
- *                [SHAPE ...]
+ *                [--varlen] [SHAPE ...]
  *   SHAPE: S1 .. S7 (docs/design.md), a worst case (below), or N,C,W,R,num_keys[,streams] (bf16
  *   values, int32 ids, per-token gates, uniform ids; one stream unless given)
  *
@@ -24,7 +24,10 @@
  * the inputs (ids, values, gates, beta when used) and of the requested outputs (the plan's
  * views); their rate, as a fraction of the copy bandwidth; and the plan's workspace. Then,
  * for the S1 shape, a line per N in 1024 .. 16384 shows the time and time per chunk (without
- * shapes given, or with --sweep). --json FILE writes the same figures (CUDA mode).
+ * shapes given, or with --sweep). --varlen adds a row per shape ("varlen": default det_fields,
+ * per-stream lengths with the odd streams at half their length, the even ones full) to compare
+ * with its "default" row, the same batch padded to full length. --json FILE writes the same
+ * figures (CUDA mode).
  *
  * Inputs as docs/design.md describes them: slot ids distinct within a token (K and Q each), uniform
  * (S7: by a Zipf law of exponent 1.1 over the keys, ranks mapped to slots by a fixed random
@@ -392,6 +395,7 @@ static void sdm_ok(sdm_p1_status st, const char* what) {
 typedef struct Result {
     Shape shape;
     int all_fields;
+    int varlen;   /* half the streams at half length (per-stream lengths) */
     double median_ms, min_ms;
     int runs;
     double in_bytes, out_bytes, gbps, of_copy;
@@ -486,9 +490,10 @@ static void free_device_inputs(DeviceInputs* d) {
     CUDA_OK(cudaFree(d->beta));
 }
 
-/* Times one plan: `reps` executes after 3 warm-ups, each between two events on `stream`. */
+/* Times one plan: `reps` executes after 3 warm-ups, each between two events on `stream`;
+ * `lengths`: device int32 per-stream lengths, or NULL. */
 static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const HostInputs* host,
-                      int reps, cudaStream_t stream, double copy_gbps, Result* r) {
+                      const void* lengths, int reps, cudaStream_t stream, double copy_gbps, Result* r) {
     const int64_t det = all ? SDM_P1_DET_ALL : SDM_P1_UNSET;
     sdm_p1_desc d = shape_desc(s, SDM_P1_BACKEND_CUDA, det, 0);
     sdm_p1_plan* plan = NULL;
@@ -507,6 +512,8 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
     in.q_val = dev->q_val;
     in.g = (const float*)dev->g;
     in.beta = all ? (const float*)dev->beta : NULL;
+    in.stream_lengths = lengths;
+    in.stream_lengths_dtype = SDM_P1_DTYPE_INT32;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
     for (i = 0; i < 3; ++i) sdm_ok(sdm_p1_execute(plan, &in, NULL, 0, stream), "warm-up execute");
@@ -522,6 +529,7 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
     memset(r, 0, sizeof *r);
     r->shape = *s;
     r->all_fields = all;
+    r->varlen = lengths != NULL;
     r->runs = reps;
     r->median_ms = median_of(ms, reps);
     r->min_ms = ms[0];   /* sorted by median_of */
@@ -539,8 +547,8 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
 static void print_result(const Result* r) {
     const Shape* s = &r->shape;
     printf("%-6s %-7s %6lld %4lld %4lld %4lld %7lld %4lld %-4s %-3s %-5s %9.4f %9.4f %9.1f %9.1f %8.1f %7.3f %9.1f\n",
-           s->name, r->all_fields ? "all" : "default", (long long)s->N, (long long)s->C,
-           (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
+           s->name, r->all_fields ? "all" : r->varlen ? "varlen" : "default", (long long)s->N,
+           (long long)s->C, (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
            s->bf16 ? "bf16" : "f32", s->idx64 ? "i64" : "i32", s->per_write ? "write" : "token",
            r->median_ms, r->min_ms, r->in_bytes / 1e6, r->out_bytes / 1e6, r->gbps, r->of_copy,
            (double)r->workspace / 1e6);
@@ -552,20 +560,35 @@ static void print_table_header(void) {
            "min_ms", "in_MB", "out_MB", "GB/s", "of_copy", "work_MB");
 }
 
-/* Both det_fields settings of one shape. */
-static void run_cuda_shape(const Shape* s, int reps, cudaStream_t stream, double copy_gbps, Results* rs) {
+/* Both det_fields settings of one shape, then (varlen) the default one with the odd streams
+ * at half their length. */
+static void run_cuda_shape(const Shape* s, int reps, int varlen, cudaStream_t stream, double copy_gbps,
+                           Results* rs) {
     HostInputs host;
     DeviceInputs dev;
+    void* lengths = NULL;
     int all;
     if (make_inputs(s, &host) != 0) exit(1);
     dev = upload_inputs(&host);
-    for (all = 0; all <= 1; ++all) {
+    if (varlen) {
+        int32_t* half = malloc((size_t)s->P * sizeof *half);
+        int64_t p;
+        if (half == NULL) {
+            fprintf(stderr, "out of host memory\n");
+            exit(1);
+        }
+        for (p = 0; p < s->P; ++p) half[p] = (int32_t)(s->N / s->P * s->C / (p % 2 ? 2 : 1));
+        lengths = upload(half, (size_t)s->P * sizeof *half);
+        free(half);
+    }
+    for (all = 0; all <= 1 + varlen; ++all) {
         Result r;
-        time_plan(s, all, &dev, &host, reps, stream, copy_gbps, &r);
+        time_plan(s, all == 1, &dev, &host, all == 2 ? lengths : NULL, reps, stream, copy_gbps, &r);
         print_result(&r);
         fflush(stdout);
         push_result(rs, &r);
     }
+    if (lengths != NULL) CUDA_OK(cudaFree(lengths));
     free_device_inputs(&dev);
     free_inputs(&host);
 }
@@ -588,7 +611,7 @@ static void run_sweep(int reps, cudaStream_t stream, double copy_gbps, Results* 
         Result r;
         double per_chunk;
         s.N = Ns[i];
-        time_plan(&s, 0, &dev, &host, reps, stream, copy_gbps, &r);
+        time_plan(&s, 0, &dev, &host, NULL, reps, stream, copy_gbps, &r);
         r.in_bytes = r.in_bytes * (double)Ns[i] / (double)Ns[4];   /* the inputs of this N only */
         r.gbps = (r.in_bytes + r.out_bytes) / (r.median_ms * 1e-3) / 1e9;
         r.of_copy = r.gbps / copy_gbps;
@@ -610,8 +633,8 @@ static void json_result(FILE* f, const Result* r, int last) {
                "\"gates\": \"%s\", \"runs\": %d, \"median_ms\": %.6f, \"min_ms\": %.6f, "
                "\"us_per_chunk\": %.6f, \"input_bytes\": %.0f, \"output_bytes\": %.0f, \"GBps\": %.3f, "
                "\"fraction_of_copy\": %.5f, \"workspace_bytes\": %zu}%s\n",
-            s->name, r->all_fields ? "all" : "default", (long long)s->N, (long long)s->C,
-            (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
+            s->name, r->all_fields ? "all" : r->varlen ? "varlen" : "default", (long long)s->N,
+            (long long)s->C, (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
             s->bf16 ? "bf16" : "f32", s->idx64 ? "int64" : "int32", s->per_write ? "per_write" : "per_token",
             r->runs, r->median_ms, r->min_ms, 1e3 * r->median_ms / (double)s->N, r->in_bytes,
             r->out_bytes, r->gbps, r->of_copy, r->workspace, last ? "" : ",");
@@ -639,7 +662,7 @@ static int write_json(const char* path, const char* device, double copy_ms, doub
     return fclose(f) == 0 ? 0 : 1;
 }
 
-static int run_cuda(const Shape* shapes, int count, int reps, int sweep, const char* json) {
+static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int varlen, const char* json) {
     struct cudaDeviceProp prop;
     cudaStream_t stream;
     Results rs = {NULL, 0, 0}, sw = {NULL, 0, 0};
@@ -654,7 +677,7 @@ static int run_cuda(const Shape* shapes, int count, int reps, int sweep, const c
     printf("copy: 2 GiB device to device, median %.4f ms: %.1f GB/s (read + write)\n\n",
            copy_ms, copy_gbps);
     print_table_header();
-    for (i = 0; i < count; ++i) run_cuda_shape(&shapes[i], reps, stream, copy_gbps, &rs);
+    for (i = 0; i < count; ++i) run_cuda_shape(&shapes[i], reps, varlen, stream, copy_gbps, &rs);
     if (sweep) run_sweep(reps, stream, copy_gbps, &sw);
     if (json != NULL) failed = write_json(json, prop.name, copy_ms, copy_gbps, &rs, &sw);
     CUDA_OK(cudaStreamDestroy(stream));
@@ -668,14 +691,14 @@ static int run_cuda(const Shape* shapes, int count, int reps, int sweep, const c
 /* ---- main ------------------------------------------------------------------------------ */
 
 static int usage(const char* argv0) {
-    fprintf(stderr, "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json FILE] [--sweep] "
+    fprintf(stderr, "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json FILE] [--sweep] [--varlen] "
                     "[S1..S7 | WR1 | WA1 | WR264 | WA264 | N,C,W,R,num_keys[,streams] ...]\n", argv0);
     return 2;
 }
 
 int main(int argc, char** argv) {
     Shape shapes[64];
-    int count = 0, cuda = 0, reps = 0, threads = 0, sweep = 0, failed = 0, i;
+    int count = 0, cuda = 0, reps = 0, threads = 0, sweep = 0, varlen = 0, failed = 0, i;
     const char* json = NULL;
     for (i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
@@ -690,6 +713,8 @@ int main(int argc, char** argv) {
             json = argv[++i];
         } else if (!strcmp(argv[i], "--sweep")) {
             sweep = 1;
+        } else if (!strcmp(argv[i], "--varlen")) {
+            varlen = 1;
         } else if (count < 64 && parse_shape(argv[i], &shapes[count])) {
             ++count;
         } else {
@@ -702,14 +727,14 @@ int main(int argc, char** argv) {
             for (count = 0; count < kDefaultShapes; ++count) shapes[count] = kShapes[count];
             sweep = 1;
         }
-        return run_cuda(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps, sweep, json);
+        return run_cuda(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps, sweep, varlen, json);
 #else
         fprintf(stderr, "%s: built without the CUDA backend (no --backend cuda)\n", argv[0]);
         return 2;
 #endif
     }
-    if (json != NULL || sweep) {
-        fprintf(stderr, "%s: --json and --sweep are for --backend cuda\n", argv[0]);
+    if (json != NULL || sweep || varlen) {
+        fprintf(stderr, "%s: --json, --sweep and --varlen are for --backend cuda\n", argv[0]);
         return 2;
     }
     if (count == 0) {

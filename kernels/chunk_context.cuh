@@ -316,6 +316,8 @@ struct KernelArgs {
     const void* q_val;
     const float* g;
     const float* beta;
+    const void* stream_lengths;  // per-stream lengths, or null (the valid_last rule)
+    bool lengths64;             // stream_lengths are int64 (else int32)
     OutputBuffers out;
     char* scratch;              // global scratch (for the arrays not in shared memory), else null
     size_t scratch_per_block;

@@ -37,12 +37,17 @@ struct KernelShape {
 // for a gate: so the smallest key is the first offender in the CPU backend's order.
 // chunk_value[c] holds the raw bits of chunk c's first offender (the int64 id, or the float
 // bits of the gate), written only by the block that found it.
+// `bad_stream` is UINT64_MAX, or the smallest stream whose length (per-stream lengths) lies
+// outside 0..steps * C; its length is then in chunk_value[bad_stream], written by the block
+// of chunk bad_stream (the stream's first), which reads no input of a stream with a bad
+// length and so records no other offender there. A bad length is reported before `key`.
 // wide_left counts the chunks the main kernel left to the wide-log kernel (their
-// log-cumsums need the wide form), down from UINT64_MAX: one memset of 0xFF bytes clears both
-// words.
+// log-cumsums need the wide form), down from UINT64_MAX. One memset of 0xFF bytes clears
+// all three words.
 constexpr int kStatusCodeBits = 20;
 struct DeviceStatus {
     unsigned long long key;
+    unsigned long long bad_stream;
     unsigned long long wide_left;
 };
 
@@ -66,12 +71,14 @@ int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchC
 
 // Enqueues one execute on `stream`: clears the status and repeats, then runs the main
 // kernel and the wide-log kernel. `scratch` is the global scratch (config.grid *
-// config.scratch_per_block bytes, or null), `chunk_value` and `wide_chunks` N words each.
-// Returns a cudaError_t value (0: success).
+// config.scratch_per_block bytes, or null), `chunk_value` and `wide_chunks` N words each;
+// `stream_lengths` P lengths (int64 where lengths64, else int32) or null (the valid_last
+// rule). Returns a cudaError_t value (0: success).
 int launch(const KernelShape& shape, const LaunchConfig& config, const void* k_idx,
            const void* q_idx, const void* k_val, const void* q_val, const float* g,
-           const float* beta, const OutputBuffers& out, void* scratch, DeviceStatus* status,
-           uint64_t* chunk_value, uint64_t* wide_chunks, void* stream);
+           const float* beta, const void* stream_lengths, bool lengths64, const OutputBuffers& out,
+           void* scratch, DeviceStatus* status, uint64_t* chunk_value, uint64_t* wide_chunks,
+           void* stream);
 
 }  // namespace cuda
 }  // namespace sdm_p1

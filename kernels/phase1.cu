@@ -129,8 +129,8 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
 
 int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, const void* q_idx,
            const void* k_val, const void* q_val, const float* g, const float* beta,
-           const OutputBuffers& out, void* scratch, DeviceStatus* status, uint64_t* chunk_value,
-           uint64_t* wide_chunks, void* stream) {
+           const void* stream_lengths, bool lengths64, const OutputBuffers& out, void* scratch,
+           DeviceStatus* status, uint64_t* chunk_value, uint64_t* wide_chunks, void* stream) {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     cudaError_t e = cudaMemsetAsync(status, 0xFF, sizeof(DeviceStatus), st);
     if (e == cudaSuccess) e = cudaMemsetAsync(out.repeats, 0, sizeof(int64_t), st);
@@ -144,6 +144,8 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     a.q_val = q_val;
     a.g = g;
     a.beta = beta;
+    a.stream_lengths = stream_lengths;
+    a.lengths64 = lengths64;
     a.out = out;
     a.scratch = config.scratch_per_block != 0 ? static_cast<char*>(scratch) : nullptr;
     a.scratch_per_block = config.scratch_per_block;

@@ -42,6 +42,25 @@ union ScanTemp {
     BlockScanTemp<uint32_t> pairs;
 };
 
+// Chunk c's valid tokens: by its stream's length where the launch has lengths (as the CPU
+// backend's valid_tokens), else all but in the streams' last chunks. A length outside
+// 0..steps * C is recorded by the block of the stream's first chunk (DeviceStatus), and
+// every chunk of that stream then counts as padding: no input is read, no index leaves range.
+__device__ __forceinline__ int valid_tokens(const KernelArgs& a, int64_t c) {
+    const KernelShape& s = a.s;
+    if (a.stream_lengths == nullptr) return c >= s.N - s.P ? s.valid_last : s.C;
+    const int64_t stream = c % s.P;
+    const int64_t length = load_id(a.stream_lengths, a.lengths64, stream);
+    if (length < 0 || length > s.N / s.P * s.C) {
+        if (c == stream && threadIdx.x == 0) {
+            a.chunk_value[c] = static_cast<uint64_t>(length);
+            atomicMin(&a.status->bad_stream, static_cast<unsigned long long>(stream));
+        }
+        return 0;
+    }
+    return chunk_valid_tokens(length, c / s.P, s.C);
+}
+
 // One block per chunk (a persistent grid), Threads threads, counts and positions as Count;
 // OnChip: the layout keeps the core arrays in shared memory (core_arrays_in_smem);
 // SortedRows: the row fields in sorted order (stage "records", KernelShape::sorted_rows).
@@ -69,7 +88,7 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
     const int64_t chunks = WideLog ? static_cast<int64_t>(wide_chunk_count(*a.status)) : s.N;
     for (int64_t i = blockIdx.x; i < chunks; i += gridDim.x) {
         const int64_t c = WideLog ? static_cast<int64_t>(a.wide_chunks[i]) : i;
-        const Chunk k{c, c >= s.N - s.P ? s.valid_last : s.C, n, (c % s.P) * s.stream_offset};
+        const Chunk k{c, valid_tokens(a, c), n, (c % s.P) * s.stream_offset};
         if (threadIdx.x == 0) {
             sh.error_code = kNoError;
             sh.repeats = 0;

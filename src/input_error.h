@@ -1,5 +1,6 @@
-// Bad input data (a valid token's id outside its stream's range, a bad gate): what both
-// backends record about the first offender, and the one message they report it with.
+// Bad input data (a valid token's id outside its stream's range, a bad gate, a stream length
+// out of range): what both backends record about the first offender, and the one message
+// they report it with.
 #ifndef SDM_P1_INPUT_ERROR_H
 #define SDM_P1_INPUT_ERROR_H
 
@@ -22,6 +23,14 @@ struct InputError {
 
 // Throws Error(SDM_P1_ERROR_INVALID_INPUT) naming chunk c's offender and its value.
 [[noreturn]] void report_input_error(const Options& o, int64_t c, const InputError& e);
+
+// Throws Error(SDM_P1_ERROR_INVALID_INPUT): stream_lengths[stream] = length lies outside
+// 0..steps * C.
+[[noreturn]] void report_length_error(const Options& o, int64_t stream, int64_t length);
+
+// The first stream (in stream order) whose length in `lengths` (host memory, int64 or int32
+// elements) lies outside 0..steps * C, or -1 when every one is in range.
+int64_t first_bad_length(const Options& o, const void* lengths, bool lengths64);
 
 }  // namespace sdm_p1
 

@@ -431,6 +431,13 @@ SDM_HD int64_t load_id(const void* ids, bool idx64, int64_t i) {
                  : static_cast<int64_t>(static_cast<const int32_t*>(ids)[i]);
 }
 
+// Valid tokens of the chunk at `step` of a stream of `length` tokens (per-stream lengths):
+// clamp(length - step * C, 0, C). length is in 0..steps * C (checked), so this never overflows.
+SDM_HD int chunk_valid_tokens(int64_t length, int64_t step, int C) {
+    const int64_t v = length - step * C;
+    return v <= 0 ? 0 : v >= C ? C : static_cast<int>(v);
+}
+
 SDM_HD float load_value(const void* vals, bool bf16, int64_t i) {
     return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(vals)[i])
                 : static_cast<const float*>(vals)[i];

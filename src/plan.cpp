@@ -51,6 +51,7 @@ void require_device_memory(const sdm_p1_plan& plan, const sdm_p1_inputs& in, voi
     check.require(in.q_val, "inputs->", "q_val");
     check.require(in.g, "inputs->", "g");
     if (plan.options.has(SDM_P1_DET_KSPA)) check.require(in.beta, "inputs->", "beta");
+    if (in.stream_lengths != nullptr) check.require(in.stream_lengths, "inputs->", "stream_lengths");
     for (int f = 0; f < count; ++f) {
         const sdm_p1_tensor& v = plan.views[static_cast<size_t>(f)];
         if (v.requested && outputs[f] != nullptr) check.require(outputs[f], "the buffer of output ", v.name);
@@ -125,6 +126,19 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const
                  "inputs->beta is NULL");
         }
         require_input(in.beta, 4, "beta");
+    }
+    if (in.reserved != 0) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->reserved = ", in.reserved,
+             " must be 0");
+    }
+    if (in.stream_lengths != nullptr) {
+        const int32_t dt = in.stream_lengths_dtype;
+        if (dt != SDM_P1_DTYPE_INT32 && dt != SDM_P1_DTYPE_INT64) {
+            fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->stream_lengths_dtype = ", dt,
+                 " must be SDM_P1_DTYPE_INT32 (", SDM_P1_DTYPE_INT32, ") or SDM_P1_DTYPE_INT64 (",
+                 SDM_P1_DTYPE_INT64, ") when inputs->stream_lengths is set");
+        }
+        require_input(in.stream_lengths, dt == SDM_P1_DTYPE_INT64 ? 8 : 4, "stream_lengths");
     }
 
     // The output buffers, by field.

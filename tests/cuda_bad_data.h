@@ -74,6 +74,34 @@ inline const BadData kBadData[] = {
      }, false},
 };
 
+// Bad per-stream lengths, for a case with lengths and at least 3 streams (and legal edges).
+// The CPU backend reports the smallest bad stream before any chunk's data.
+inline const BadData kBadLengths[] = {
+    {"length -1", [](const CaseSpec&, HostInputs& in) { in.lengths[1] = -1; }, true},
+    {"length steps * C + 1", [](const CaseSpec& s, HostInputs& in) { in.lengths[2] = s.steps() * s.C + 1; }, true},
+    {"length most negative", [](const CaseSpec&, HostInputs& in) { in.lengths[0] = in.lengths64 ? INT64_MIN : INT32_MIN; }, true},
+    {"length largest", [](const CaseSpec&, HostInputs& in) { in.lengths[2] = in.lengths64 ? INT64_MAX : INT32_MAX; }, true},
+    {"two bad streams: the smaller is reported", [](const CaseSpec& s, HostInputs& in) {
+         in.lengths[2] = -4;
+         in.lengths[1] = s.steps() * s.C + 9;
+     }, true},
+    {"a bad length before a bad id of another stream", [](const CaseSpec& s, HostInputs& in) {
+         in.lengths[0] = s.steps() * s.C;
+         in.k_ids[k_at(s, 0, 0, 0)] = -1;   // chunk 0: stream 0, valid
+         in.lengths[2] = -1;
+     }, true},
+    {"a bad id with good lengths", [](const CaseSpec& s, HostInputs& in) {
+         in.lengths[1] = s.steps() * s.C;
+         in.q_ids[q_at(s, 1, 0, 0)] = id_base(s, 1) - 1;
+     }, true},
+    {"every length 0 (legal)", [](const CaseSpec&, HostInputs& in) { std::fill(in.lengths.begin(), in.lengths.end(), 0); }, false},
+    {"the padding of a length-1 stream (legal)", [](const CaseSpec& s, HostInputs& in) {
+         in.lengths[1] = 1;
+         in.k_ids[k_at(s, 1, 1, 0)] = -9;
+         in.g[g_at(s, 1, 1, 0)] = INFINITY;
+     }, false},
+};
+
 }  // namespace cuda_test
 
 #endif  // SDM_P1_TESTS_CUDA_BAD_DATA_H

@@ -353,6 +353,63 @@ inline CaseList skewed_cases(const ListOptions& o) {
     return seeded(thin(c, o, 3), "skewed", o);
 }
 
+// Per-stream lengths of one kind for P streams of `steps` chunks of C tokens: every stream
+// empty, one token, an exact multiple of C, full, or a mix (each stream its own kind, or a
+// random length in 0..steps * C).
+enum class Lengths { Zero, One, Multiple, Full, Mixed };
+
+inline std::vector<int64_t> stream_lengths(Lengths kind, int64_t P, int64_t steps, int64_t C, Rng& rng) {
+    std::vector<int64_t> out(static_cast<size_t>(P));
+    const int64_t full = steps * C;
+    for (int64_t& len : out) {
+        const int64_t k = kind == Lengths::Mixed ? rng.below(7) : static_cast<int64_t>(kind);
+        switch (k) {
+            case 0: len = 0; break;
+            case 1: len = 1; break;
+            case 2: len = C * rng.below(steps + 1); break;
+            case 3: len = full; break;
+            case 4: len = full - 1; break;
+            case 5: len = C * rng.below(steps) + 1 + rng.below(C); break;   // a partial chunk
+            default: len = rng.below(full + 1); break;
+        }
+    }
+    return out;
+}
+
+// Per-stream lengths (sdm_p1_inputs.stream_lengths, int32 and int64): every kind of length
+// vector on small chunks with every field, one token a chunk, C = 256, the benchmark's S1
+// shape (at reduced N, and N >= 2 * sms for the half-size kernel), 32-bit counts (global
+// scratch), hot slots, per-write gates and bfloat16; padding tokens hold garbage.
+inline CaseList length_cases(const ListOptions& o) {
+    const int64_t twice = (2 * o.sms + 8 + 127) / 128 * 128;   // N >= 2 * sms, in whole streams
+    struct Shape { CaseSpec s; std::vector<Lengths> kinds; };
+    const std::vector<Lengths> all = {Lengths::Zero, Lengths::One, Lengths::Multiple, Lengths::Full, Lengths::Mixed, Lengths::Mixed};
+    const std::vector<Lengths> mixed = {Lengths::Mixed};
+    const Shape shapes[] = {
+        {spec("small-all", 12, 16, 3, 3, 40).streams(4, 1000).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL), all},
+        {spec("small-write-bf16-i64", 12, 16, 4, 3, 64).streams(3).ids64().bfloat16().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL), all},
+        {spec("P1-records", 5, 32, 8, 6, 200).key_mode(Keys::Pool).fields(kShippedWithRecords).tile(7), {Lengths::Zero, Lengths::Mixed, Lengths::Mixed}},
+        {spec("C1", 12, 1, 4, 4, 16).streams(6, 1000).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL), {Lengths::One, Lengths::Mixed}},
+        {spec("C256", 4, 256, 3, 3, 300).streams(2).gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL), {Lengths::Mixed, Lengths::Mixed}},
+        {spec("hot-one-slot", 8, 64, 8, 4, 1).streams(4).key_mode(Keys::Random).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL), mixed},
+        {spec("S1-reduced", 256, 64, 32, 32, 65536).streams(128, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid), mixed},
+        {spec("S1-two-blocks", twice, 64, 32, 32, 65536).streams(128, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid).fields(SDM_P1_DET_ALL), mixed},
+        {spec("C128-W256-R256", 2, 128, 256, 256, 65536).streams(2).fields(SDM_P1_DET_ALL), {Lengths::Mixed}},
+    };
+    CaseList c;
+    Rng rng(mix_seed(o.seed, name_seed("lengths")));
+    for (const Shape& sh : shapes) {
+        for (size_t k = 0; k < sh.kinds.size(); ++k) {
+            CaseSpec s = sh.s;
+            const bool as64 = k % 2 == 1;
+            s.name += "-" + std::to_string(k) + (as64 ? "-len64" : "-len32");
+            s.stream_lengths(stream_lengths(sh.kinds[k], s.P, s.steps(), s.C, rng), as64);
+            c.push_back(s);
+        }
+    }
+    return seeded(thin(c, o, 3), "lengths", o);
+}
+
 }  // namespace cuda_test
 
 #endif  // SDM_P1_TESTS_CUDA_CASE_LISTS_H

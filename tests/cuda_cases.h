@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sdm/phase1.h"
@@ -99,6 +100,10 @@ struct CaseSpec {
     int64_t det = SDM_P1_UNSET;   // SDM_P1_UNSET: the library's default (SDM_P1_DET_SHIPPED)
     int64_t rec_tile = 0;
     uint64_t seed = 1;
+    // Per-stream lengths (sdm_p1_inputs.stream_lengths, as int64 or int32); empty: the
+    // valid_last rule.
+    std::vector<int64_t> lengths;
+    bool lengths64 = false;
 
     int64_t offset() const {
         if (stream_offset >= 0) return stream_offset;
@@ -111,6 +116,14 @@ struct CaseSpec {
     // The records hold absolute ids in 32 bits; only then may they be requested.
     bool records_fit() const { return (P - 1) * offset() + num_keys - 1 <= INT32_MAX; }
     int64_t tokens() const { return N * C; }
+    int64_t steps() const { return N / P; }
+    // Valid tokens of chunk c: by its stream's length (clamped: out-of-range lengths are bad
+    // data, whose outputs are not compared), else the valid_last rule.
+    int64_t chunk_valid(int64_t c) const {
+        if (lengths.empty()) return c >= N - P ? last_valid() : C;
+        const int64_t v = lengths[static_cast<size_t>(c % P)] - c / P * C;
+        return v < 0 ? 0 : v > C ? C : v;
+    }
 
     // Chainable setters, so the case lists read as one line per case.
     CaseSpec& streams(int64_t p, int64_t offset = -1) { P = p; stream_offset = offset; return *this; }
@@ -127,6 +140,7 @@ struct CaseSpec {
     CaseSpec& fields(int64_t d) { det = d; return *this; }
     CaseSpec& no_read_groups() { read_groups = false; return *this; }
     CaseSpec& tile(int64_t L) { rec_tile = L; return *this; }
+    CaseSpec& stream_lengths(std::vector<int64_t> l, bool as_int64 = false) { lengths = std::move(l); lengths64 = as_int64; return *this; }
 };
 
 inline CaseSpec spec(const std::string& name, int64_t N, int64_t C, int64_t W, int64_t R,
@@ -170,6 +184,14 @@ inline sdm_p1_desc make_desc(const CaseSpec& s, int32_t backend,
     return d;
 }
 
+// " len=i32{3,0,16}" for a case with per-stream lengths (the first 8), else "".
+inline std::string describe_lengths(const CaseSpec& s) {
+    if (s.lengths.empty()) return "";
+    std::string out = s.lengths64 ? " len=i64{" : " len=i32{";
+    for (size_t i = 0; i < s.lengths.size() && i < 8; ++i) out += (i ? "," : "") + std::to_string(s.lengths[i]);
+    return out + (s.lengths.size() > 8 ? ",...}" : "}");
+}
+
 inline std::string describe(const CaseSpec& s) {
     char b[320];
     std::snprintf(b, sizeof b,
@@ -180,7 +202,7 @@ inline std::string describe(const CaseSpec& s) {
                   (long long)s.last_valid(), s.idx64 ? "i64" : "i32", s.bf16 ? "bf16" : "f32",
                   s.per_write ? "W" : "1", (long long)s.det, s.read_groups ? 1 : 0,
                   (long long)s.rec_tile, (unsigned long long)s.seed);
-    return b;
+    return b + describe_lengths(s);
 }
 
 // ---- inputs -------------------------------------------------------------------------------
@@ -195,6 +217,8 @@ inline uint16_t bf16_bits(float f) {
 // The arrays exactly as the library reads them (index and value dtypes applied).
 struct Encoded {
     std::vector<unsigned char> k_idx, q_idx, k_val, q_val, g, beta;
+    std::vector<unsigned char> lengths;   // empty: no stream_lengths
+    int32_t lengths_dtype = 0;
 };
 
 // Inputs in wide types; encode() gives the library's view. Tests mutate these (bad data).
@@ -202,6 +226,8 @@ struct HostInputs {
     bool idx64 = false, bf16 = false;
     std::vector<int64_t> k_ids, q_ids;
     std::vector<float> k_val, q_val, g, beta;
+    std::vector<int64_t> lengths;   // empty: the valid_last rule
+    bool lengths64 = false;
 
     Encoded encode() const {
         Encoded e;
@@ -211,6 +237,10 @@ struct HostInputs {
         e.q_val = encode_values(q_val);
         e.g = raw(g);
         e.beta = raw(beta);
+        if (!lengths.empty()) {
+            e.lengths = lengths64 ? raw(lengths) : raw(std::vector<int32_t>(lengths.begin(), lengths.end()));
+            e.lengths_dtype = lengths64 ? SDM_P1_DTYPE_INT64 : SDM_P1_DTYPE_INT32;
+        }
         return e;
     }
 
@@ -395,13 +425,14 @@ inline std::vector<int64_t> chunk_reads(const CaseSpec& s, Rng& rng, const std::
     return q;
 }
 
-// Padding tokens (t >= valid_last of the last P chunks) get garbage the library must never
-// read: ids far outside every range, NaN / inf values, NaN gates and betas.
+// Padding tokens (t >= the chunk's valid tokens: valid_last in the last P chunks, or by the
+// stream's length) get garbage the library must never read: ids far outside every range,
+// NaN / inf values, NaN gates and betas.
 inline void fill_padding(const CaseSpec& s, HostInputs& in, Rng& rng) {
     const int64_t big = s.idx64 ? INT64_MAX : INT32_MAX;
     const float nan = std::nanf("");
-    for (int64_t c = s.N - s.P; c < s.N; ++c) {
-        for (int64_t t = s.last_valid(); t < s.C; ++t) {
+    for (int64_t c = 0; c < s.N; ++c) {
+        for (int64_t t = s.chunk_valid(c); t < s.C; ++t) {
             const int64_t tok = c * s.C + t;
             for (int64_t w = 0; w < s.W; ++w) {
                 in.k_ids[static_cast<size_t>(tok * s.W + w)] = big - rng.below(1000);
@@ -423,6 +454,8 @@ inline HostInputs make_inputs(const CaseSpec& s) {
     HostInputs in;
     in.idx64 = s.idx64;
     in.bf16 = s.bf16;
+    in.lengths = s.lengths;
+    in.lengths64 = s.lengths64;
     const size_t nk = static_cast<size_t>(s.tokens() * s.W), nq = static_cast<size_t>(s.tokens() * s.R);
     in.k_ids.resize(nk);
     in.q_ids.resize(nq);

@@ -65,11 +65,13 @@ private:
 
 // The inputs of one case on the device.
 struct DeviceInputs {
-    DeviceBuffer k_idx, q_idx, k_val, q_val, g, beta;
+    DeviceBuffer k_idx, q_idx, k_val, q_val, g, beta, lengths;
+    int32_t lengths_dtype;
 
     explicit DeviceInputs(const Encoded& e)
         : k_idx(e.k_idx.size()), q_idx(e.q_idx.size()), k_val(e.k_val.size()),
-          q_val(e.q_val.size()), g(e.g.size()), beta(e.beta.size()) {
+          q_val(e.q_val.size()), g(e.g.size()), beta(e.beta.size()), lengths(e.lengths.size()),
+          lengths_dtype(e.lengths_dtype) {
         upload(e);
     }
     // New contents, same shapes (graph replays read the same addresses).
@@ -80,6 +82,7 @@ struct DeviceInputs {
         q_val.upload(e.q_val);
         g.upload(e.g);
         beta.upload(e.beta);
+        lengths.upload(e.lengths);
     }
     sdm_p1_inputs view(bool with_beta) const {
         sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
@@ -89,6 +92,8 @@ struct DeviceInputs {
         in.q_val = q_val.get();
         in.g = static_cast<const float*>(g.get());
         in.beta = with_beta ? static_cast<const float*>(beta.get()) : nullptr;
+        in.stream_lengths = lengths.get();   // null without lengths
+        in.stream_lengths_dtype = lengths_dtype;
         return in;
     }
 };
@@ -101,6 +106,8 @@ inline sdm_p1_inputs host_view(const Encoded& e, bool with_beta) {
     in.q_val = e.q_val.data();
     in.g = reinterpret_cast<const float*>(e.g.data());
     in.beta = with_beta ? reinterpret_cast<const float*>(e.beta.data()) : nullptr;
+    in.stream_lengths = e.lengths.empty() ? nullptr : e.lengths.data();
+    in.stream_lengths_dtype = e.lengths_dtype;
     return in;
 }
 

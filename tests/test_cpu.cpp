@@ -3,9 +3,11 @@
 // reported whatever the threads do; and exact structural properties of the outputs.
 #include <cfenv>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -22,6 +24,9 @@ struct Problem {
     std::vector<int64_t> k_idx, q_idx;
     std::vector<float> k_val, q_val, g, beta;
     std::vector<uint16_t> k_bf, q_bf;
+    std::vector<int64_t> lengths;     // per-stream lengths; empty: none
+    std::vector<int32_t> lengths32;   // the same as int32, where lengths32_used
+    bool lengths32_used = false;
 
     sdm_p1_inputs inputs() const {
         sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
@@ -32,7 +37,19 @@ struct Problem {
         in.q_val = bf ? static_cast<const void*>(q_bf.data()) : q_val.data();
         in.g = g.data();
         in.beta = beta.data();
+        if (lengths32_used) {
+            in.stream_lengths = lengths32.data();
+            in.stream_lengths_dtype = SDM_P1_DTYPE_INT32;
+        } else if (!lengths.empty()) {
+            in.stream_lengths = lengths.data();
+            in.stream_lengths_dtype = SDM_P1_DTYPE_INT64;
+        }
         return in;
+    }
+    void set_lengths(std::vector<int64_t> l, bool as_int32) {
+        lengths = std::move(l);
+        lengths32.assign(lengths.begin(), lengths.end());
+        lengths32_used = as_int32;
     }
 };
 
@@ -181,6 +198,173 @@ void test_first_bad_chunk_reported() {
     CHECK_MSG(error.find("g[9, 1, 4] = nan") != std::string::npos, error.c_str());
 }
 
+// Per-stream lengths that say what valid_last says (every stream full but for its last
+// chunk's valid_last tokens) give the bytes of the valid_last rule, whatever the plan's own
+// valid_last; as int64 and as int32.
+void test_lengths_as_valid_last() {
+    const Problem p = make_problem(false, 15u);   // valid_last 17
+    const auto rule = run(p, 3);
+    CHECK(!rule.empty());
+    const int64_t steps = p.desc.N / p.desc.num_parallel;
+    for (bool as_int32 : {false, true}) {
+        Problem q = p;
+        q.desc.valid_last = 5;   // ignored with lengths
+        q.set_lengths(std::vector<int64_t>(3, (steps - 1) * p.desc.C + 17), as_int32);
+        CHECK_MSG(run(q, 3) == rule, as_int32 ? "int32" : "int64");
+    }
+}
+
+// Chunks with any number of valid tokens: each chunk's bytes equal those of a one-step plan
+// (its stream and its inputs alone) with valid_last its valid count; a chunk with none holds
+// the neutral outputs of padding; the padding tokens' inputs are never read; and one plan
+// serves every length vector.
+void test_lengths_per_chunk() {
+    Problem p = make_problem(true, 16u);   // N 12, P 3, C 24: 4 steps, lengths in 0..96
+    const sdm_p1_desc& d = p.desc;
+    const int64_t P = d.num_parallel, C = d.C, steps = d.N / P;
+    p.set_lengths({0, 96, 49}, false);
+    const auto out = run(p, 4);
+    CHECK(!out.empty());
+    // Another stream vector on the same shape: a new plan's bytes, each execute its own.
+    Problem other = p;
+    other.set_lengths({1, 24, 95}, true);
+    const auto out_other = run(other, 2);
+    CHECK(!out_other.empty() && out_other != out);
+
+    // Garbage in every padding token changes nothing.
+    Problem garbage = p;
+    for (int64_t c = 0; c < d.N; ++c) {
+        const int64_t tv = std::min<int64_t>(C, std::max<int64_t>(0, p.lengths[c % P] - c / P * C));
+        for (int64_t t = tv; t < C; ++t) {
+            const int64_t tok = c * C + t;
+            for (int w = 0; w < d.W; ++w) {
+                garbage.k_idx[tok * d.W + w] = -1 - w;
+                garbage.g[tok * d.W + w] = NAN;
+                garbage.k_bf[tok * d.W + w] = 0x7FC0;
+            }
+            for (int r = 0; r < d.R; ++r) garbage.q_idx[tok * d.R + r] = INT64_MAX;
+            garbage.beta[tok] = NAN;
+        }
+    }
+    CHECK(run(garbage, 3) == out);
+
+    // Each step through a one-step plan per valid count.
+    sdm_p1_tensor views[SDM_P1_FIELD_COUNT];
+    {
+        sdm_p1_plan* plan = nullptr;
+        CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+        sdm_p1_outputs(plan, views, SDM_P1_FIELD_COUNT);
+        sdm_p1_plan_destroy(plan);
+    }
+    bool same = true, neutral = true;
+    int compared = 0, empty = 0;
+    for (int64_t step = 0; step < steps; ++step) {
+        for (int64_t s = 0; s < P; ++s) {
+            const int64_t c = step * P + s;
+            const int64_t tv = std::min<int64_t>(C, std::max<int64_t>(0, p.lengths[s] - step * C));
+            if (tv == 0) {
+                ++empty;
+                const float* a = reinterpret_cast<const float*>(out[SDM_P1_FIELD_A].data()) + c * C * C;
+                const float* lk = reinterpret_cast<const float*>(out[SDM_P1_FIELD_LOG_K].data()) + c * C * d.W;
+                const uint16_t* cpe = reinterpret_cast<const uint16_t*>(out[SDM_P1_FIELD_CPE].data()) + c * C * d.W;
+                const int8_t* last = reinterpret_cast<const int8_t*>(out[SDM_P1_FIELD_IS_LAST].data()) + c * C * d.W;
+                const int32_t* pay = reinterpret_cast<const int32_t*>(out[SDM_P1_FIELD_PAYLOAD].data()) + c * views[SDM_P1_FIELD_PAYLOAD].shape[1];
+                for (int64_t i = 0; i < C * C; ++i) neutral &= a[i] == 0.0f;
+                for (int64_t i = 0; i < C * d.W; ++i) neutral &= lk[i] == 0.0f && cpe[i] == 0x3F80 && last[i] == 0;
+                for (int64_t i = 0; i < C * (d.W + d.R); ++i) neutral &= (static_cast<uint32_t>(pay[i]) & 0x20000u) != 0;
+                continue;
+            }
+            Problem one = p;
+            one.set_lengths({}, false);
+            one.desc.N = P;
+            one.desc.valid_last = tv;
+            const int64_t first = step * P * C;   // the step's first token
+            auto slice = [&](auto& v, int64_t per_token) {
+                v.assign(v.begin() + first * per_token, v.begin() + (first + P * C) * per_token);
+            };
+            slice(one.k_idx, d.W);
+            slice(one.q_idx, d.R);
+            slice(one.k_val, d.W);
+            slice(one.q_val, d.R);
+            slice(one.k_bf, d.W);
+            slice(one.q_bf, d.R);
+            slice(one.g, d.gate_width);
+            slice(one.beta, 1);
+            const auto ref = run(one, 1);
+            CHECK(!ref.empty());
+            if (ref.empty()) continue;
+            for (int f = 0; f < SDM_P1_FIELD_REPEATS; ++f) {
+                if (!views[f].requested) continue;
+                const size_t per = views[f].bytes / static_cast<size_t>(d.N);
+                same &= std::memcmp(out[f].data() + c * per, ref[f].data() + s * per, per) == 0;
+            }
+            ++compared;
+        }
+    }
+    CHECK(compared == 7 && empty == 5);   // stream 0 empty; stream 2: 24, 24, 1, 0
+    CHECK(same);
+    CHECK(neutral);
+}
+
+// Bad lengths: the smallest bad stream named with its length and the range, before any
+// output is written; bad dtypes, reserved and misaligned pointers are refused as arguments.
+void test_bad_lengths() {
+    Problem p = make_problem(false, 17u);   // 4 steps of 24: lengths in 0..96
+    sdm_p1_desc d = p.desc;
+    d.num_threads = 3;
+    sdm_p1_plan* plan = nullptr;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+    sdm_p1_tensor v[SDM_P1_FIELD_COUNT];
+    sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT);
+    p.set_lengths({96, 50, 7}, false);
+    sdm_p1_inputs in = p.inputs();
+    CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_SUCCESS);
+    std::vector<char> before(static_cast<const char*>(v[SDM_P1_FIELD_QK].data),
+                             static_cast<const char*>(v[SDM_P1_FIELD_QK].data) + v[SDM_P1_FIELD_QK].bytes);
+    const struct {
+        std::vector<int64_t> lengths;
+        bool as_int32;
+        const char* message;
+    } bad[] = {
+        {{96, -1, 7}, false, "sdm_p1_execute: stream_lengths[1] = -1: stream 1's length must be in 0..96 (steps * C = 4 * 24)"},
+        {{96, 50, 97}, true, "sdm_p1_execute: stream_lengths[2] = 97: stream 2's length must be in 0..96"},
+        {{INT64_MIN, 50, 7}, false, "stream_lengths[0] = -9223372036854775808: stream 0's"},
+        {{INT32_MAX, 50, 7}, true, "stream_lengths[0] = 2147483647: stream 0's"},
+        {{0, 200, -3}, false, "stream_lengths[1] = 200: stream 1's"},
+    };
+    for (const auto& b : bad) {
+        p.set_lengths(b.lengths, b.as_int32);
+        in = p.inputs();
+        // A bad id too, in the first chunk: the length is reported all the same.
+        p.k_idx[0] = -1;
+        CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_ERROR_INVALID_INPUT);
+        CHECK_MSG(std::string(sdm_p1_last_error()).find(b.message) != std::string::npos, sdm_p1_last_error());
+        p.k_idx[0] = 0;
+        CHECK(std::memcmp(v[SDM_P1_FIELD_QK].data, before.data(), before.size()) == 0);
+    }
+    p.set_lengths({96, 50, 7}, false);
+    in = p.inputs();
+    in.stream_lengths_dtype = 0;
+    CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK_MSG(std::string(sdm_p1_last_error()).find("stream_lengths_dtype = 0") != std::string::npos, sdm_p1_last_error());
+    in.stream_lengths_dtype = SDM_P1_DTYPE_FLOAT32;
+    CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    in = p.inputs();
+    in.stream_lengths = reinterpret_cast<const char*>(p.lengths.data()) + 4;
+    CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK_MSG(std::string(sdm_p1_last_error()).find("stream_lengths is not aligned") != std::string::npos, sdm_p1_last_error());
+    in = p.inputs();
+    in.reserved = 1;
+    CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK_MSG(std::string(sdm_p1_last_error()).find("reserved = 1 must be 0") != std::string::npos, sdm_p1_last_error());
+    // NULL lengths: the dtype is ignored.
+    in = p.inputs();
+    in.stream_lengths = nullptr;
+    in.stream_lengths_dtype = 99;
+    CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_SUCCESS);
+    sdm_p1_plan_destroy(plan);
+}
+
 // Exact properties that hold for any input.
 void test_structure() {
     const Problem p = make_problem(false, 14u);
@@ -253,5 +437,8 @@ int main() {
     RUN(test_flush_to_zero_caller);
     RUN(test_first_bad_chunk_reported);
     RUN(test_structure);
+    RUN(test_lengths_as_valid_last);
+    RUN(test_lengths_per_chunk);
+    RUN(test_bad_lengths);
     return test_summary();
 }

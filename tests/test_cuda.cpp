@@ -316,6 +316,46 @@ void test_graph_capture(Tally& t, const Options& o) {
     }
 }
 
+// New per-stream lengths written into the same device buffer between replays of one graph:
+// each replay gives the CPU's outputs for the lengths it read (bad ones its message). The
+// inputs hold valid data everywhere, so only the lengths change what is valid.
+void test_graph_lengths(Tally& t, const Options& o) {
+    CaseSpec s = api_case("graph-lengths", o.seed);   // 3 streams of 2 chunks of 32 tokens
+    const int64_t full = s.steps() * s.C;
+    s.stream_lengths({full, full, full}, true);
+    const Encoded e_full = make_inputs(s).encode();
+    const std::vector<std::vector<int64_t>> lengths = {{40, 0, 64}, {1, 33, 32}, {0, 0, 0}, {64, -1, 65}, {5, 64, 31}};
+    Stream stream;
+    for (OutMode mode : {OutMode::Plan, OutMode::Caller}) {
+        const std::string m = std::string(" (") + mode_name(mode) + ")";
+        DeviceInputs dev(e_full);
+        const CudaPlan plan(s, mode);
+        Graph g;
+        bool captured = false;
+        t.run("capture" + m, [&] {
+            const std::string why = capture(plan, dev.view(s.needs_beta()), stream.s, g);
+            captured = why.empty();
+            return why;
+        });
+        if (!captured) continue;
+        for (const std::vector<int64_t>& l : lengths) {
+            CaseSpec sl = s;
+            sl.lengths = l;
+            Encoded e = e_full;
+            e.lengths = std::vector<unsigned char>(l.size() * sizeof(int64_t));
+            std::memcpy(e.lengths.data(), l.data(), e.lengths.size());
+            const RunResult cpu = run_cpu(sl, e);
+            t.run("replay with lengths" + describe_lengths(sl) + m, [&] {
+                dev.lengths.upload(e.lengths);
+                const RunResult r = replay(plan, g, stream.s);
+                if (cpu.status == SDM_P1_SUCCESS) return same_outputs(cpu, r);
+                if (r.status != cpu.status) return std::string("execute_status: ") + sdm_p1_status_string(r.status) + ", the CPU: " + cpu.error;
+                return r.error == cpu.error ? std::string() : "message '" + r.error + "', the CPU's '" + cpu.error + "'";
+            });
+        }
+    }
+}
+
 // ---- the caller's allocator --------------------------------------------------------------
 
 // Device memory through cudaMalloc, counted; anything out of place is a violation.
@@ -467,6 +507,26 @@ void test_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
     }
 }
 
+// Bad per-stream lengths (both element types): the CPU backend's message from
+// sdm_p1_execute_status, and the next good execute clean.
+void test_bad_lengths(Tally& t, const Options& o, cudaStream_t stream) {
+    for (bool as64 : {false, true}) {
+        CaseSpec s = spec("bad-lengths", 12, 16, 4, 3, 40).streams(3, 1000).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL);
+        s.stream_lengths({64, 17, 30}, as64);
+        if (as64) s.ids64().gates_per_write();
+        s.seed = mix_seed(o.seed, as64 ? 71 : 72);
+        const Encoded e = make_inputs(s).encode();
+        const RunResult cpu_good = run_cpu(s, e);
+        const DeviceInputs good(e);
+        DeviceInputs scratch(e);
+        const CudaPlan plan(s, OutMode::Plan);
+        for (const BadData& bad : kBadLengths) {
+            const std::string what = std::string(bad.name) + (as64 ? " (int64 lengths)" : " (int32 lengths)");
+            t.run(what, [&] { return check_bad_data(s, bad, plan, scratch, good, cpu_good, stream); });
+        }
+    }
+}
+
 // ---- bad arguments -------------------------------------------------------------------------
 
 std::string expect_refused(sdm_p1_status st, const std::string& field) {
@@ -501,6 +561,13 @@ void test_bad_arguments(Tally& t, const Options& o, cudaStream_t stream) {
         sdm_p1_inputs in = good;
         in.beta = host.beta;
         return expect_refused(plan.enqueue(in, stream), "beta");
+    });
+    t.run("host memory as stream_lengths", [&] {
+        const int32_t lengths[3] = {64, 64, 64};
+        sdm_p1_inputs in = good;
+        in.stream_lengths = lengths;
+        in.stream_lengths_dtype = SDM_P1_DTYPE_INT32;
+        return expect_refused(plan.enqueue(in, stream), "stream_lengths");
     });
     t.run("a stack address as k_idx", [&] {
         int64_t local[4] = {0, 0, 0, 0};
@@ -710,6 +777,7 @@ void run_comparison_families(Tally& t, const Options& o, cudaStream_t stream) {
     run_cases(t, "bench_shapes", bench_shape_cases(o), o, stream);
     run_cases(t, "two_blocks", two_block_cases(o), o, stream);
     run_cases(t, "skewed", skewed_cases(o), o, stream);
+    run_cases(t, "lengths", length_cases(o), o, stream);
 }
 
 // One API family; an exception outside its checks (in its setup) counts as a failed check.
@@ -731,6 +799,8 @@ void run_api_families(Tally& t, const Options& o, cudaStream_t stream) {
     family(t, o, "graph", [&] { test_graph_capture(t, o); });
     family(t, o, "allocator", [&] { test_allocator(t, o, stream); });
     family(t, o, "bad_data", [&] { test_bad_data(t, o, stream); });
+    family(t, o, "graph_lengths", [&] { test_graph_lengths(t, o); });
+    family(t, o, "bad_lengths", [&] { test_bad_lengths(t, o, stream); });
     family(t, o, "backend", [&] { test_backend(t, o); });
     if (!o.quick) family(t, o, "execute_cost", [&] { report_execute_cost(t, stream); });   // timing: not under a sanitizer
     // Last: should a host pointer get through to a kernel, the context is lost for what follows.

@@ -1,8 +1,9 @@
 // The struct-size rule of phase1.h from the library's side (src/versioned_struct.cpp), with
 // the library's struct one field longer than the caller's: what a caller of today's header
-// (sdm_p1_desc, sdm_p1_inputs) gets from a library whose structs have grown, as they will
-// (sdm_p1_inputs gains stream_lengths). The public API's side, a caller's struct longer than
-// the library's, is in test_api.c.
+// (sdm_p1_desc, sdm_p1_inputs) gets from a library whose structs have grown, as they will;
+// and a 1.1 caller's sdm_p1_inputs (before 1.2 appended stream_lengths) read by today's
+// library. The public API's side, a caller's struct longer than the library's, is in
+// test_api.c.
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -22,7 +23,18 @@ struct NextDesc {
 
 struct NextInputs {
     sdm_p1_inputs in;
-    const int64_t* stream_lengths;
+    const int64_t* appended;
+};
+
+// sdm_p1_inputs as the 1.0 and 1.1 headers declare it.
+struct Inputs11 {
+    uint32_t struct_size;
+    const void* k_idx;
+    const void* q_idx;
+    const void* k_val;
+    const void* q_val;
+    const float* g;
+    const float* beta;
 };
 
 // The library's layout of today's struct, grown to `Next`.
@@ -48,38 +60,64 @@ std::string read_error(const void* given, size_t size, void* known, const sdm_p1
 bool contains(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
 
 void test_oldest_layouts() {
-    // 1.0 and 1.1 share their layouts; a later header only appends.
+    // 1.0 and 1.1 share their layouts; 1.2 appends stream_lengths (and its dtype, and the
+    // named padding) to sdm_p1_inputs, whole 8-byte words past the 1.1 layout.
     CHECK(sdm_p1::kDescLayout.oldest_bytes == sizeof(sdm_p1_desc));
-    CHECK(sdm_p1::kInputsLayout.oldest_bytes == sizeof(sdm_p1_inputs));
+    CHECK(sdm_p1::kInputsLayout.oldest_bytes == sizeof(Inputs11));
+    CHECK(offsetof(sdm_p1_inputs, stream_lengths) == sizeof(Inputs11));
+    CHECK(sizeof(sdm_p1_inputs) == sizeof(Inputs11) + sizeof(void*) + 8);
     CHECK(sdm_p1::kDescLayout.known_bytes == sizeof(sdm_p1_desc));
     CHECK(sdm_p1::kInputsLayout.known_bytes == sizeof(sdm_p1_inputs));
+}
+
+void test_inputs_11_and_12() {
+    // A 1.1 caller's struct: its fields, then the 1.2 fields at their defaults (the valid_last
+    // rule), whatever the library's struct held before.
+    const float g = 0.5f, beta = 2.0f;
+    const int32_t lengths[2] = {3, 4};
+    Inputs11 old_in{sizeof(Inputs11), &g, &g, &g, &g, &g, &beta};
+    sdm_p1_inputs known = SDM_P1_INPUTS_INITIALIZER;
+    CHECK(known.stream_lengths == nullptr && known.stream_lengths_dtype == 0 && known.reserved == 0);
+    CHECK(read_error(&old_in, old_in.struct_size, &known, sdm_p1::kInputsLayout).empty());
+    CHECK(known.struct_size == sizeof(Inputs11) && known.k_idx == &g && known.g == &g);
+    CHECK(known.beta == &beta && known.stream_lengths == nullptr && known.stream_lengths_dtype == 0);
+
+    // A 1.2 caller's struct is read whole.
+    sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
+    in.g = &g;
+    in.stream_lengths = lengths;
+    in.stream_lengths_dtype = SDM_P1_DTYPE_INT32;
+    in.reserved = 5;   // read as given (execute refuses it)
+    sdm_p1_inputs read = SDM_P1_INPUTS_INITIALIZER;
+    CHECK(read_error(&in, in.struct_size, &read, sdm_p1::kInputsLayout).empty());
+    CHECK(std::memcmp(&read, &in, sizeof in) == 0);
 }
 
 void test_older_caller_inputs() {
     const sdm_p1::StructLayout s = grown<NextInputs>(sdm_p1::kInputsLayout);
     const float g = 0.5f;
-    sdm_p1_inputs old_in = SDM_P1_INPUTS_INITIALIZER;   // 1.1's caller: no stream_lengths
+    sdm_p1_inputs old_in = SDM_P1_INPUTS_INITIALIZER;   // today's caller: no appended field
     old_in.g = &g;
     NextInputs known{};
     known.in.k_idx = &g;                   // library defaults the caller's bytes replace
     const int64_t lengths[2] = {3, 4};
-    known.stream_lengths = lengths;        // the newer field's default stays
+    known.appended = lengths;              // the newer field's default stays
     CHECK(read_error(&old_in, old_in.struct_size, &known, s).empty());
     CHECK(std::memcmp(&known.in, &old_in, sizeof old_in) == 0);
-    CHECK(known.stream_lengths == lengths);
+    CHECK(known.appended == lengths);
 
     // A caller of the library's own header: every field comes from it.
     NextInputs same{};
     same.in = old_in;
     same.in.struct_size = sizeof same;
-    same.stream_lengths = lengths + 1;
+    same.appended = lengths + 1;
     known = NextInputs{};
     CHECK(read_error(&same, sizeof same, &known, s).empty());
-    CHECK(known.stream_lengths == lengths + 1 && known.in.g == &g);
+    CHECK(known.appended == lengths + 1 && known.in.g == &g);
 
     // Below the 1.0 layout: refused, the struct left as it was.
     known = NextInputs{};
-    const std::string e = read_error(&old_in, sizeof old_in - 8, &known, s);
+    const std::string e = read_error(&old_in, sizeof(Inputs11) - 8, &known, s);
     CHECK(contains(e, "INVALID_ARGUMENT: sdm_p1_execute: inputs->struct_size = 48"));
     CHECK(contains(e, "SDM_P1_INPUTS_INITIALIZER") && known.in.g == nullptr);
 }
@@ -120,6 +158,7 @@ void test_newer_caller() {
 
 int main() {
     RUN(test_oldest_layouts);
+    RUN(test_inputs_11_and_12);
     RUN(test_older_caller_inputs);
     RUN(test_older_caller_desc);
     RUN(test_newer_caller);

@@ -216,7 +216,7 @@ typedef struct sdm_p1_desc {
     /* Valid tokens in each stream's last chunk, 1..C; the later tokens of those chunks are
      * padding: their ids, values and gates are never read and their outputs are neutral
      * (zero logs and weights, cpe 1, flags 0, zero rows and columns of a and qk).
-     * SDM_P1_UNSET: C. */
+     * SDM_P1_UNSET: C. An execute given sdm_p1_inputs.stream_lengths (1.2) ignores it. */
     int64_t valid_last;
     /* k_idx / q_idx element type: SDM_P1_DTYPE_INT32 or SDM_P1_DTYPE_INT64. */
     int32_t index_dtype;
@@ -423,10 +423,33 @@ typedef struct sdm_p1_inputs {
     const float* g;
     /* [N, C] float32; needed (non-NULL) when det_fields has DET_KSPA, else ignored. */
     const float* beta;
+    /* Since 1.2. [num_parallel] per-stream lengths, of stream_lengths_dtype; NULL (the
+     * default): the valid_last rule of sdm_p1_desc. Stream s then has stream_lengths[s]
+     * valid tokens, in 0..steps * C with steps = N / num_parallel, and chunk c (stream
+     * c % num_parallel, step c / num_parallel) has clamp(stream_lengths[s] - step * C, 0, C)
+     * valid tokens, its first ones; the others are padding as described at valid_last
+     * (valid_last is then ignored), and a chunk with none is wholly padding: neutral outputs
+     * throughout. Given at each execute, so one plan serves batches of one padded shape
+     * with any lengths (CUDA: a graph replays with the lengths its buffer holds then).
+     * Host memory for a CPU plan, device memory of the plan's device for a CUDA plan, as the
+     * other inputs. A length outside 0..steps * C is bad input data
+     * (SDM_P1_ERROR_INVALID_INPUT naming the stream, its length and the allowed range: CPU at
+     * execute, before any output is written; CUDA from sdm_p1_execute_status, where it is
+     * reported before any bad id or gate, the smallest such stream first, and such a
+     * stream's chunks read no input). Example: num_parallel = 2, steps = 3 (N = 6), C = 4,
+     * stream_lengths = {10, 3}: stream 0's chunks 0, 2, 4 have 4, 4 and 2 valid tokens,
+     * stream 1's chunks 1, 3, 5 have 3, 0 and 0. */
+    const void* stream_lengths;
+    /* The element type of stream_lengths: SDM_P1_DTYPE_INT32 or SDM_P1_DTYPE_INT64 (any
+     * other value, 0 included, is refused with SDM_P1_ERROR_INVALID_ARGUMENT when
+     * stream_lengths is set); ignored when stream_lengths is NULL. */
+    int32_t stream_lengths_dtype;
+    /* Reserved (the padding to 8 bytes, named): must be 0. */
+    int32_t reserved;
 } sdm_p1_inputs;
 
 #define SDM_P1_INPUTS_INITIALIZER \
-    { sizeof(sdm_p1_inputs), NULL, NULL, NULL, NULL, NULL, NULL }
+    { sizeof(sdm_p1_inputs), NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0 }
 
 /* Computes every requested output of the plan for the given inputs.
  * outputs: NULL with count 0 in SDM_P1_OUTPUTS_PLAN mode (the plan's buffers); otherwise an
@@ -447,8 +470,9 @@ typedef struct sdm_p1_inputs {
  *   executes without using the processor, and joined by sdm_p1_plan_destroy. Their scratch
  *   is the plan's workspace. A worker that cannot be started gives
  *   SDM_P1_ERROR_OUT_OF_MEMORY (the plan stays usable; a later execute tries again).
- * Bad input data (ids out of range, bad gates): the CPU backend returns
- * SDM_P1_ERROR_INVALID_INPUT with the first offending chunk, token and lane. The CUDA backend
+ * Bad input data (ids out of range, bad gates, stream lengths out of range): the CPU backend
+ * returns SDM_P1_ERROR_INVALID_INPUT with the first bad stream length, else the first
+ * offending chunk, token and lane. The CUDA backend
  * cannot know before its kernels run: execute succeeds, the kernels record the first
  * offender on the device (never reading or writing out of bounds, never hanging) and
  * sdm_p1_execute_status reports it once the caller has synchronized. */
@@ -458,14 +482,15 @@ SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* 
 /* ---------------------------------------------------------------------------------------- */
 /* Since 1.1                                                                                 */
 
-/* The data check of the plan's last execute: SDM_P1_SUCCESS when every valid token's ids lay
- * in its stream's range and every gate was finite and of magnitude below 2^22; otherwise
- * SDM_P1_ERROR_INVALID_INPUT with the message the CPU backend gives for the same inputs (the
- * first offending chunk, token and lane in chunk order, and the bad value) in
+/* The data check of the plan's last execute: SDM_P1_SUCCESS when every stream length (1.2)
+ * lay in 0..steps * C, every valid token's ids lay in its stream's range and every gate was
+ * finite and of magnitude below 2^22; otherwise SDM_P1_ERROR_INVALID_INPUT with the message
+ * the CPU backend gives for the same inputs (the first bad stream length; else the first
+ * offending chunk, token and lane in chunk order, and the bad value) in
  * sdm_p1_last_error(). The outputs of such an execute are unspecified.
  * CUDA backend: the kernels write the result to the plan's workspace; call this only after
  * the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a
- * device synchronize), from any thread. It copies 8 bytes (16 when there is an offender)
+ * device synchronize), from any thread. It copies 16 bytes (24 when there is an offender)
  * from the device with cudaMemcpy, so it also waits for work queued on the legacy default
  * stream. Each execute clears the result first (graph replays too).
  * CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors).
@@ -487,6 +512,10 @@ SDM_P1_API sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Since 1.2                                                                                 */
+
+/* sdm_p1_inputs grows by stream_lengths, stream_lengths_dtype and reserved (72 bytes on
+ * 64-bit targets): per-stream lengths given at execute (see the struct). A 1.0 or 1.1
+ * caller's 56-byte struct reads them as NULL, 0 and 0: the valid_last rule. */
 
 /* The GPU architectures the CUDA backend carries kernels for, in *list: a space-separated,
  * static string of sm_XY names (machine code, which runs on devices of compute capability

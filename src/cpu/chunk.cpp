@@ -102,6 +102,14 @@ struct Chunk {
     int n;         // entries
 };
 
+// Chunk c's valid tokens: by its stream's length (checked by execute) where the inputs have
+// lengths, else all but in the streams' last chunks, which have valid_last.
+int valid_tokens(const Options& o, const sdm_p1_inputs& in, int64_t c) {
+    if (in.stream_lengths == nullptr) return c >= o.N - o.P ? o.valid_last : o.C;
+    const int64_t length = load_id(in.stream_lengths, in.stream_lengths_dtype == SDM_P1_DTYPE_INT64, c % o.P);
+    return chunk_valid_tokens(length, c / o.P, o.C);
+}
+
 // Stage "sort": the entries' (key, entry) pairs are distinct, so this sort is the stable
 // sort by slot.
 void sort_entries(const Chunk& k, const ChunkScratch& s) { std::sort(s.sort_keys, s.sort_keys + k.n); }
@@ -313,7 +321,7 @@ void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScratch& s) 
 // thread block per chunk.
 __attribute__((flatten SDM_P1_FMA_CLONE)) ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
                           int64_t c, const ChunkScratch& s) {
-    const Chunk k{o, c, c >= o.N - o.P ? o.valid_last : o.C, o.n()};
+    const Chunk k{o, c, valid_tokens(o, in, c), o.n()};
     ChunkResult result{};
     result.error = load_and_check(o, in, c, k.t_valid, s.sort_keys, s.gate);
     if (result.error.found) return result;

@@ -94,6 +94,12 @@ size_t workspace_bytes(const Options& o) {
 
 void execute(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out, void* workspace,
              WorkerPool& pool) {
+    // Bad lengths are reported before any chunk runs (no output is written).
+    if (in.stream_lengths != nullptr) {
+        const bool lengths64 = in.stream_lengths_dtype == SDM_P1_DTYPE_INT64;
+        const int64_t bad = first_bad_length(o, in.stream_lengths, lengths64);
+        if (bad >= 0) report_length_error(o, bad, load_id(in.stream_lengths, lengths64, bad));
+    }
     Job job{&o, &in, &out, static_cast<char*>(workspace), ChunkScratch::bytes(o), {},
             std::vector<WorkerResult>(static_cast<size_t>(o.num_threads))};
     pool.run(&Job::run, &job);

@@ -180,7 +180,8 @@ void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in, const
              void* workspace, void* stream) {
     char* ws = static_cast<char*>(workspace);
     const int e = launch(kernel_shape(o), p.config, in.k_idx, in.q_idx, in.k_val, in.q_val, in.g,
-                         out.kspa ? in.beta : nullptr, out, ws + p.scratch_offset,
+                         out.kspa ? in.beta : nullptr, in.stream_lengths,
+                         in.stream_lengths_dtype == SDM_P1_DTYPE_INT64, out, ws + p.scratch_offset,
                          reinterpret_cast<DeviceStatus*>(ws + p.status_offset),
                          reinterpret_cast<uint64_t*>(ws + p.value_offset),
                          reinterpret_cast<uint64_t*>(ws + p.wide_offset), stream);
@@ -192,6 +193,15 @@ void check_status(const Options& o, const Prepared& p, void* workspace) {
     DeviceStatus status{};
     check(cudaMemcpy(&status, ws + p.status_offset, sizeof status, cudaMemcpyDeviceToHost),
           "cudaMemcpy (reading the data check)");
+    if (status.bad_stream != ~0ull) {
+        // The length error comes first, as on the CPU, which checks lengths before any chunk.
+        const int64_t stream = static_cast<int64_t>(status.bad_stream);
+        uint64_t length = 0;
+        check(cudaMemcpy(&length, ws + p.value_offset + static_cast<size_t>(stream) * sizeof(uint64_t),
+                         sizeof length, cudaMemcpyDeviceToHost),
+              "cudaMemcpy (reading the data check)");
+        report_length_error(o, stream, static_cast<int64_t>(length));
+    }
     if (status.key == ~0ull) return;
     const int64_t c = static_cast<int64_t>(status.key >> kStatusCodeBits);
     const uint32_t code = static_cast<uint32_t>(status.key & ((1u << kStatusCodeBits) - 1u));

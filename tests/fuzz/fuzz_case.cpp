@@ -1,6 +1,7 @@
 #include "fuzz_case.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -299,9 +300,11 @@ sdm_p1_inputs host_inputs(const Case& c) {
 
 namespace {
 
-// struct_size and the newer bytes of a buffer whose first member is the library's struct.
+// struct_size and the newer bytes of a buffer whose first member is the library's struct;
+// `oldest_size`: the struct's 1.0 layout (sdm_p1_inputs has grown since: 1.2's lengths).
 template <typename Buffer>
-void apply_form(Buffer& buf, uint32_t* struct_size, size_t library_size, StructForm form) {
+void apply_form(Buffer& buf, uint32_t* struct_size, size_t library_size, size_t oldest_size,
+                StructForm form) {
     switch (form) {
         case StructForm::Plain: *struct_size = static_cast<uint32_t>(library_size); break;
         case StructForm::Newer: *struct_size = sizeof buf; break;
@@ -309,7 +312,7 @@ void apply_form(Buffer& buf, uint32_t* struct_size, size_t library_size, StructF
             *struct_size = sizeof buf;
             buf.newer[1] = 1;
             break;
-        case StructForm::TooShort: *struct_size = static_cast<uint32_t>(library_size - 8); break;
+        case StructForm::TooShort: *struct_size = static_cast<uint32_t>(oldest_size - 8); break;
     }
 }
 
@@ -318,14 +321,14 @@ void apply_form(Buffer& buf, uint32_t* struct_size, size_t library_size, StructF
 DescBuffer sized_desc(const sdm_p1_desc& desc, StructForm form) {
     DescBuffer buf{};
     buf.desc = desc;
-    apply_form(buf, &buf.desc.struct_size, sizeof buf.desc, form);
+    apply_form(buf, &buf.desc.struct_size, sizeof buf.desc, sizeof buf.desc, form);
     return buf;
 }
 
 InputsBuffer sized_inputs(const sdm_p1_inputs& in, StructForm form) {
     InputsBuffer buf{};
     buf.in = in;
-    apply_form(buf, &buf.in.struct_size, sizeof buf.in, form);
+    apply_form(buf, &buf.in.struct_size, sizeof buf.in, offsetof(sdm_p1_inputs, stream_lengths), form);
     return buf;
 }
 

@@ -6,6 +6,9 @@ and JAX tensors on a GPU run on the CUDA backend of their device, on the framewo
 stream, asynchronously, with outputs allocated by the framework (plans are cached per shape,
 options, device and stream). Device-side data errors surface with ``check=True`` or at the
 next :func:`synchronize`. :class:`Plan` reuses one CPU plan over many calls.
+``stream_lengths`` gives each stream its own length; :mod:`sdm_phase1.layout`
+(``to_chunks``, ``chunk_tokens``, ``from_chunks``) maps batch-major [B, T, H, W] or packed (``cu_seqlens``)
+batches to and from the time-major chunks.
 ``sdm_phase1.torch_ops`` registers the PyTorch operator ``torch.ops.sdm_phase1.phase1_forward``
 (for ``torch.compile``); only that module imports torch.
 
@@ -18,6 +21,7 @@ The library is loaded through cffi (ABI mode) from, in order: the file named by
 library, its backends, the CUDA architectures it was built for and the GPUs it sees.
 """
 
+from . import layout
 from ._bf16 import bf16_from_float32, bf16_to_float32
 from ._constants import (
     DET_DC_GIDX,
@@ -57,6 +61,7 @@ from ._library import lib as _lib
 from ._library import library_path
 from ._plan import Plan
 from ._types import Phase1
+from .layout import chunk_tokens, from_chunks, to_chunks
 
 #: The loaded library's version string, e.g. "1.2.0".
 __version__ = _ffi.string(_lib.sdm_p1_version_string()).decode()
@@ -73,7 +78,7 @@ def version_number() -> int:
 __all__ = [
     "phase1_forward", "Plan", "Phase1", "Phase1Error", "library_path", "version_number",
     "synchronize", "plan_cache_info", "clear_plan_cache", "cuda_device_count", "cuda_architectures",
-    "binding_version",
+    "binding_version", "layout", "to_chunks", "chunk_tokens", "from_chunks",
     "bf16_from_float32", "bf16_to_float32", "pos_pack",
     "DET_POS", "DET_SPAY_RANK", "DET_FLAGS", "DET_SPAY_K", "DET_SPAY_Q", "DET_KREC", "DET_KSPA",
     "DET_QREC", "DET_TILES", "DET_DC_GIDX", "DET_QREC8", "DET_SHIPPED", "DET_RECORDS",

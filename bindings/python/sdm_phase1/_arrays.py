@@ -12,11 +12,14 @@ from typing import Optional
 
 import numpy as np
 
+from ._checks import lengths_dtype_code
 from ._library import ffi, lib
 
-__all__ = ["HostInputs", "prepare_inputs", "index_dtype_code", "value_dtype_code"]
+__all__ = ["INDEX_CODES", "HostInputs", "prepare_inputs", "prepare_lengths", "index_dtype_code",
+           "value_dtype_code"]
 
-_INDEX_CODES = {np.dtype(np.int32): lib.SDM_P1_DTYPE_INT32, np.dtype(np.int64): lib.SDM_P1_DTYPE_INT64}
+#: NumPy index dtype -> sdm_p1_dtype (also the stream lengths' dtypes).
+INDEX_CODES = {np.dtype(np.int32): lib.SDM_P1_DTYPE_INT32, np.dtype(np.int64): lib.SDM_P1_DTYPE_INT64}
 
 
 def _is_bfloat16(dtype: np.dtype) -> bool:
@@ -26,9 +29,9 @@ def _is_bfloat16(dtype: np.dtype) -> bool:
 def index_dtype_code(dtype) -> int:
     """The sdm_p1_dtype of an index dtype (int32 or int64); ValueError otherwise."""
     dt = np.dtype(dtype)
-    if dt not in _INDEX_CODES:
+    if dt not in INDEX_CODES:
         raise ValueError(f"slot ids must be int32 or int64, got dtype {dt}")
-    return _INDEX_CODES[dt]
+    return INDEX_CODES[dt]
 
 
 def value_dtype_code(dtype) -> int:
@@ -83,6 +86,7 @@ class HostInputs:
     index_dtype: int
     value_dtype: int
     value_view: np.dtype
+    stream_lengths: Optional[np.ndarray] = None  # [num_parallel] int32 / int64, or None
 
     def fill(self, inputs) -> list:
         """Fills an ``sdm_p1_inputs*``; returns the cffi buffers to keep alive during the call."""
@@ -100,6 +104,9 @@ class HostInputs:
         inputs.q_val = ptr(self.q_val)
         inputs.g = ffi.cast("const float*", ptr(self.g))
         inputs.beta = ffi.cast("const float*", ptr(self.beta)) if self.beta is not None else ffi.NULL
+        if self.stream_lengths is not None:
+            inputs.stream_lengths = ptr(self.stream_lengths)
+            inputs.stream_lengths_dtype = INDEX_CODES[self.stream_lengths.dtype]
         return keep
 
 
@@ -115,7 +122,7 @@ def prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta=None) -> HostInputs:
     if beta is not None:
         beta = _host_array("beta", beta, 2, "[N, C]")
 
-    if k_idx.dtype not in _INDEX_CODES:
+    if k_idx.dtype not in INDEX_CODES:
         raise ValueError(f"k_idx must be int32 or int64, got dtype {k_idx.dtype}")
     if q_idx.dtype != k_idx.dtype:
         raise ValueError(f"q_idx must have k_idx's dtype {k_idx.dtype}, got {q_idx.dtype}")
@@ -140,5 +147,16 @@ def prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta=None) -> HostInputs:
     if beta is not None and beta.dtype != np.float32:
         raise ValueError(f"beta must be float32, got dtype {beta.dtype}")
     return HostInputs(
-        k_idx, q_idx, k_val, q_val, g, beta, _INDEX_CODES[k_idx.dtype], value_code, value_view
+        k_idx, q_idx, k_val, q_val, g, beta, INDEX_CODES[k_idx.dtype], value_code, value_view
     )
+
+
+def prepare_lengths(stream_lengths, num_parallel: int) -> Optional[np.ndarray]:
+    """``stream_lengths`` (None, or num_parallel int32 / int64 lengths: an array or a list) as
+    a C-contiguous host array; ValueError for another rank, size or dtype. Their values are
+    checked by the library."""
+    if stream_lengths is None:
+        return None
+    arr = _host_array("stream_lengths", stream_lengths, 1, "[num_parallel]")
+    lengths_dtype_code(arr.shape, arr.dtype.name, num_parallel)
+    return arr

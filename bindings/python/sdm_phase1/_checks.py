@@ -8,7 +8,7 @@ from typing import Dict, Optional, Tuple
 
 from ._library import lib
 
-__all__ = ["LAYOUTS", "check_rank", "check_dtypes", "check_agreement"]
+__all__ = ["LAYOUTS", "check_rank", "check_dtypes", "check_agreement", "lengths_dtype_code"]
 
 #: Rank and layout text of every input.
 LAYOUTS = {
@@ -18,6 +18,7 @@ LAYOUTS = {
     "q_val": (3, "[N, C, R]"),
     "g": (3, "[N, C, 1] or [N, C, W]"),
     "beta": (2, "[N, C]"),
+    "stream_lengths": (1, "[num_parallel]"),
 }
 
 _VALUES = "float32, or bfloat16 (uint16 bit patterns or a 'bfloat16' dtype)"
@@ -89,3 +90,19 @@ def check_agreement(shapes: Dict[str, Tuple[int, ...]]) -> Tuple[int, int, int, 
     if beta is not None:
         need("beta", tuple(beta) == (N, C))
     return N, C, W, R, tuple(shapes["g"])[2]
+
+
+def lengths_dtype_code(shape: Tuple[int, ...], dtype: str, num_parallel: int) -> int:
+    """The sdm_p1_dtype code of a ``stream_lengths`` array of ``shape`` and dtype name
+    ``dtype``: int32 or int64, one length per stream; ValueError otherwise. (The lengths'
+    values are the library's to check: on a GPU it reads them on the device.)"""
+    if tuple(shape) != (num_parallel,):
+        raise ValueError(
+            f"stream_lengths must be a 1-D array of num_parallel = {num_parallel} lengths, got shape "
+            f"{tuple(shape)}"
+        )
+    if dtype == "int32":
+        return lib.SDM_P1_DTYPE_INT32
+    if dtype == "int64":
+        return lib.SDM_P1_DTYPE_INT64
+    raise ValueError(f"stream_lengths must be int32 or int64, got dtype {dtype}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import cupy
 
 from . import _gpu
-from ._checks import check_agreement, check_dtypes, check_rank
+from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
 from ._fields import EMPTY_DTYPES, REPEATS
 from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
@@ -83,8 +83,26 @@ def _make_plan(key, device, arrays, repeats, num_parallel, stream_offset, num_ke
     return plan
 
 
+def _lengths_arg(stream_lengths, device: int, num_parallel: int):
+    """(pointer, sdm_p1_dtype) of a call's stream_lengths, (0, 0) for None: a C-contiguous
+    [num_parallel] int32 / int64 cupy array on the inputs' device (read there: no host sync)."""
+    if stream_lengths is None:
+        return 0, 0
+    if not isinstance(stream_lengths, cupy.ndarray):
+        raise TypeError(f"stream_lengths must be None or a cupy.ndarray like k_idx, got "
+                        f"{type(stream_lengths).__name__}")
+    if stream_lengths.device.id != device:
+        raise ValueError(f"stream_lengths is on GPU {stream_lengths.device.id} but k_idx is on GPU "
+                         f"{device}: every array of a call must be on one device")
+    code = lengths_dtype_code(stream_lengths.shape, stream_lengths.dtype.name, num_parallel)
+    if not stream_lengths.flags.c_contiguous:
+        raise ValueError("stream_lengths is not C-contiguous; pass cupy.ascontiguousarray(stream_lengths)")
+    return stream_lengths.data.ptr, code
+
+
 def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
-            valid_last, need_read_groups, beta, rec_tile, det_fields, check) -> Phase1:
+            valid_last, need_read_groups, beta, rec_tile, det_fields, check,
+            stream_lengths=None) -> Phase1:
     """phase1_forward on CuPy arrays (see sdm_phase1.phase1_forward)."""
     device = k_idx.device.id
     arrays = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
@@ -110,9 +128,10 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
                               valid_last, need_read_groups, rec_tile, det_fields)
         if repeats is not None and repeats.device.id != device:
             raise ValueError(f"repeats must be None or a one-element int64 cupy array on GPU {device}")
+        lengths = _lengths_arg(stream_lengths, device, num_parallel)
         block = cupy.empty(plan.block_bytes, dtype=cupy.uint8)
         plan.execute_block(k_idx.data.ptr, q_idx.data.ptr, k_val.data.ptr, q_val.data.ptr,
-                           g.data.ptr, 0 if beta is None else beta.data.ptr, block.data.ptr)
+                           g.data.ptr, 0 if beta is None else beta.data.ptr, block.data.ptr, *lengths)
         outs = [cupy.ndarray(shape, dtype, memptr=block.data + offset) for shape, dtype, offset in plan.extra]
         if check:
             stream.synchronize()

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._arrays import prepare_inputs
+from ._arrays import INDEX_CODES, prepare_inputs, prepare_lengths
 from ._checks import check_agreement
 from ._gpu import get_plan_for
 from ._library import lib
@@ -60,6 +60,7 @@ def phase1_forward(
     backend: Optional[str] = None,
     num_threads: Optional[int] = None,
     check: bool = False,
+    stream_lengths=None,
 ) -> Phase1:
     """Phase 1 of N = num_parallel * steps time-major chunks (the spec's ``phase1_forward``).
 
@@ -101,7 +102,7 @@ def phase1_forward(
             + num_keys); stream_offset >= 0, num_keys in 1..2**32.
         valid_last: valid tokens in the last chunk of each stream, 1..C; the last
             num_parallel chunks are the streams' last chunks. Later tokens are padding: their
-            ids, values and gates are never read.
+            ids, values and gates are never read. Ignored with ``stream_lengths``.
         need_read_groups: compute q_last, q_only, spay_q, qrec, qrec8 and tiles_q.
         beta: [N, C] float32, needed by kspa.
         rec_tile: tile length of tiles_k / tiles_q / segb_k, up to 2**20; <= 0: 128.
@@ -112,9 +113,18 @@ def phase1_forward(
         num_threads: CPU threads, >= 1, at most the hardware's count; None or 0: that count.
             Results do not depend on it. Ignored on a GPU.
         check: GPU tensors only: wait for the stream, then raise the device-side data check's
-            :class:`Phase1Error` (ids out of range, bad gates) at this call. Off by default so
-            the call stays asynchronous; such errors then surface at the next
-            :func:`sdm_phase1.synchronize`. The CPU backend always raises them at once.
+            :class:`Phase1Error` (ids out of range, bad gates, lengths out of range) at this
+            call. Off by default so the call stays asynchronous; such errors then surface at
+            the next :func:`sdm_phase1.synchronize`. The CPU backend always raises them at once.
+        stream_lengths: None (the valid_last rule), or [num_parallel] int32 or int64 lengths
+            on the inputs' device (NumPy arrays or lists on the CPU; a tensor of the inputs'
+            framework and GPU there, read by the kernels: no host sync, and a captured CUDA
+            graph reads the buffer's lengths at each replay): stream s has
+            stream_lengths[s] valid tokens, in 0..steps * C with steps = N / num_parallel, so
+            chunk c has clamp(stream_lengths[c % num_parallel] - (c // num_parallel) * C, 0,
+            C) valid tokens (a chunk with none gives the neutral outputs of padding). A length
+            out of range raises Phase1Error (on a GPU: as the data check above).
+            :func:`sdm_phase1.layout.to_chunks` makes them from batch-major sequences.
 
     Returns:
         A :class:`Phase1` of fresh arrays of the inputs' framework (value-dtype fields in
@@ -139,7 +149,7 @@ def phase1_forward(
             k_idx, q_idx, k_val, q_val, g, repeats, num_parallel=num_parallel,
             stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,
             need_read_groups=need_read_groups, beta=beta, rec_tile=rec_tile, det_fields=det_fields,
-            check=check)
+            check=check, stream_lengths=stream_lengths)
 
     x = prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta)
     shapes = {"k_idx": x.k_idx.shape, "q_idx": x.q_idx.shape, "k_val": x.k_val.shape,
@@ -151,6 +161,7 @@ def phase1_forward(
                      rec_tile, det_fields, beta is not None)
     threads = optional_int("num_threads", num_threads, 0,
                            "None or 0 (the hardware's thread count) or >= 1")
+    x.stream_lengths = prepare_lengths(stream_lengths, o.num_parallel)
     require_bool("check", check)
     if backend is not None and backend_code(backend) != lib.SDM_P1_BACKEND_CPU:
         # Host arrays on another backend: the library refuses them with its own message.
@@ -167,9 +178,12 @@ def phase1_forward(
     plan = get_plan_for(("numpy", -1, 0, threads) + options, options, lambda: None,
                         backend=lib.SDM_P1_BACKEND_CPU, num_threads=threads)
     block = np.empty(plan.block_bytes, np.uint8)
+    lengths = x.stream_lengths
     plan.execute_block(x.k_idx.ctypes.data, x.q_idx.ctypes.data, x.k_val.ctypes.data,
                        x.q_val.ctypes.data, x.g.ctypes.data,
-                       0 if x.beta is None else x.beta.ctypes.data, block.ctypes.data)
+                       0 if x.beta is None else x.beta.ctypes.data, block.ctypes.data,
+                       0 if lengths is None else lengths.ctypes.data,
+                       0 if lengths is None else INDEX_CODES[lengths.dtype])
     arrays = [None] * lib.SDM_P1_FIELD_COUNT
     for f, shape, dt, offset in plan.layout:
         arrays[f] = np.ndarray(shape, DTYPES[dt], buffer=block, offset=offset)

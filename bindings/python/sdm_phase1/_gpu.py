@@ -36,10 +36,10 @@ CACHE_LIMIT = 64
 # (no cffi cast per pointer).
 _WORD = ffi.sizeof("uintptr_t")
 _IN_WORDS = []
-for _name in ("k_idx", "q_idx", "k_val", "q_val", "g", "beta"):
+for _name in ("k_idx", "q_idx", "k_val", "q_val", "g", "beta", "stream_lengths"):
     assert ffi.offsetof("sdm_p1_inputs", _name) % _WORD == 0
     _IN_WORDS.append(ffi.offsetof("sdm_p1_inputs", _name) // _WORD)
-assert _IN_WORDS == [1, 2, 3, 4, 5, 6], _IN_WORDS
+assert _IN_WORDS == [1, 2, 3, 4, 5, 6, 7], _IN_WORDS
 _FIELD_COUNT = lib.SDM_P1_FIELD_COUNT
 
 
@@ -152,24 +152,25 @@ class CachedPlan:
         self._stream = ffi.cast("void*", stream)
 
     def execute(self, k_idx: int, q_idx: int, k_val: int, q_val: int, g: int, beta: int,
-                outputs: Sequence[int]) -> None:
+                outputs: Sequence[int], lengths: int = 0, lengths_dtype: int = 0) -> None:
         """Enqueues the plan on its stream (CPU: runs it): input pointers, then one output
-        pointer per entry of ``fields``. Raises Phase1Error when the library refuses the call."""
+        pointer per entry of ``fields``; ``lengths``: the stream_lengths pointer (0: none) and
+        its sdm_p1_dtype. Raises Phase1Error when the library refuses the call."""
         with self.lock:
             o = self._outs
             for (f, _, _), p in zip(self.fields, outputs):
                 o[f] = p
-            self._run(k_idx, q_idx, k_val, q_val, g, beta)
+            self._run(k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype)
 
     def execute_block(self, k_idx: int, q_idx: int, k_val: int, q_val: int, g: int, beta: int,
-                      block: int) -> None:
+                      block: int, lengths: int = 0, lengths_dtype: int = 0) -> None:
         """As :meth:`execute`, the outputs at ``block`` + their ``layout`` offsets (a block of
         ``block_bytes`` bytes, 256-byte aligned)."""
         with self.lock:
             np.add(self._offsets, block, out=self._out_words)
-            self._run(k_idx, q_idx, k_val, q_val, g, beta)
+            self._run(k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype)
 
-    def _run(self, k_idx, q_idx, k_val, q_val, g, beta) -> None:
+    def _run(self, k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype) -> None:
         # Called with the lock held, the output pointers in place.
         if self.handle is None:
             raise RuntimeError("sdm_phase1: this cached plan was evicted from the plan cache "
@@ -181,6 +182,9 @@ class CachedPlan:
         w[4] = q_val
         w[5] = g
         w[6] = beta
+        w[7] = lengths
+        if lengths:
+            self._inputs.stream_lengths_dtype = lengths_dtype
         rc = lib.sdm_p1_execute(self.handle, self._inputs, self._outs_arg, _FIELD_COUNT, self._stream)
         if rc:
             check("sdm_p1_execute", rc)

@@ -22,7 +22,7 @@ import jax.dlpack
 import jax.numpy as jnp
 
 from . import _gpu
-from ._checks import check_agreement, check_dtypes, check_rank
+from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
 from ._dlpack import KDL_CUDA, read_capsule
 from ._fields import EMPTY_DTYPES, REPEATS
 from ._options import call_options, require_bool
@@ -142,8 +142,10 @@ def _export(name: str, x, stream: int, device_id: int):
 
 
 def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
-            valid_last, need_read_groups, beta, rec_tile, det_fields, check) -> Phase1:
-    """phase1_forward on JAX GPU arrays (see sdm_phase1.phase1_forward)."""
+            valid_last, need_read_groups, beta, rec_tile, det_fields, check,
+            stream_lengths=None) -> Phase1:
+    """phase1_forward on JAX GPU arrays (see sdm_phase1.phase1_forward; stream_lengths: an
+    int32 array, or int64 with x64 enabled, on the inputs' GPU)."""
     if repeats is not None:
         raise ValueError("repeats must be None with JAX arrays (they are immutable, so it cannot "
                          "be incremented in place)")
@@ -163,6 +165,11 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
     o = call_options(C, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
                      rec_tile, det_fields, beta is not None)
     check = require_bool("check", check)
+    lengths = (0, 0)
+    if stream_lengths is not None:
+        exported["stream_lengths"] = _export("stream_lengths", stream_lengths, stream, device_id)
+        li = exported["stream_lengths"][1]
+        lengths = (li.ptr, lengths_dtype_code(li.shape, li.dtype, o.num_parallel))
     options = (N, C, W, R, o.num_parallel, o.stream_offset, o.num_keys, o.valid_last, index, value,
                gate_width, o.need_read_groups, o.det_fields, o.rec_tile)
     plan = _gpu.get_plan("jax", device_id, stream, options, lambda: _JaxWorkspace(device, stream))
@@ -177,7 +184,7 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         outs.append((capsule, read_capsule(capsule).ptr))
     beta_ptr = info["beta"].ptr if beta is not None else 0
     plan.execute(info["k_idx"].ptr, info["q_idx"].ptr, info["k_val"].ptr, info["q_val"].ptr,
-                 info["g"].ptr, beta_ptr, [p for _, p in outs])
+                 info["g"].ptr, beta_ptr, [p for _, p in outs], *lengths)
     by_field = [None] * (REPEATS + 1)
     for (f, _, _), (capsule, _) in zip(plan.fields, outs):
         by_field[f] = jax.dlpack.from_dlpack(_Offer(capsule, device_id, stream))

@@ -170,6 +170,9 @@ typedef struct sdm_p1_inputs {
     const void* q_val;
     const float* g;
     const float* beta;
+    const void* stream_lengths;
+    int32_t stream_lengths_dtype;
+    int32_t reserved;
 } sdm_p1_inputs;
 
 sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,

@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._arrays import HostInputs, index_dtype_code, prepare_inputs, value_dtype_code
+from ._arrays import HostInputs, index_dtype_code, prepare_inputs, prepare_lengths, value_dtype_code
 from ._constants import DET_SHIPPED
 from ._errors import check
 from ._library import ffi, lib
@@ -250,14 +250,18 @@ class Plan:
         return self._plan
 
     # ------------------------------------------------------------------------------------
-    def execute(self, k_idx, q_idx, k_val, q_val, g, repeats=None, *, beta=None) -> Phase1:
+    def execute(self, k_idx, q_idx, k_val, q_val, g, repeats=None, *, beta=None,
+                stream_lengths=None) -> Phase1:
         """Runs the plan on NumPy arrays of its shapes; returns a :class:`Phase1` of fresh arrays.
 
-        Arguments as in :func:`phase1_forward`. Raises ValueError for arrays of a wrong
-        dtype or shape, :class:`Phase1Error` when the library refuses the data (ids out of
-        range, bad gates, kspa without beta, ...).
+        Arguments as in :func:`phase1_forward` (``stream_lengths``: per-stream lengths given
+        at each execute, so one plan serves every length vector). Raises ValueError for
+        arrays of a wrong dtype or shape, :class:`Phase1Error` when the library refuses the
+        data (ids out of range, bad gates, lengths out of range, kspa without beta, ...).
         """
-        return self._run(prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta), repeats)
+        x = prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta)
+        x.stream_lengths = prepare_lengths(stream_lengths, self._desc["num_parallel"])
+        return self._run(x, repeats)
 
     def _check_shapes(self, x: HostInputs) -> None:
         d = self._desc

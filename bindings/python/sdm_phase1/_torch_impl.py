@@ -20,7 +20,7 @@ from typing import List
 import torch
 
 from . import _gpu
-from ._checks import check_agreement, check_dtypes, check_rank
+from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
 from ._fields import EMPTY_DTYPES, REPEATS
 from ._library import lib
 from ._options import call_options, key_options
@@ -115,6 +115,23 @@ def check_repeats(repeats, device) -> None:
             f"repeats must be None or an int64 tensor of one element on {device} (incremented in "
             f"place), got {got}"
         )
+
+
+def lengths_arg(stream_lengths, device: torch.device, num_parallel: int):
+    """(pointer, sdm_p1_dtype) of a call's stream_lengths, (0, 0) for None: a contiguous
+    [num_parallel] int32 / int64 tensor on the inputs' device (read there: no host sync)."""
+    if stream_lengths is None:
+        return 0, 0
+    if not isinstance(stream_lengths, torch.Tensor):
+        raise TypeError(f"stream_lengths must be None or a torch.Tensor like k_idx, got "
+                        f"{type(stream_lengths).__name__}")
+    if stream_lengths.device != device:
+        raise ValueError(f"stream_lengths is on {stream_lengths.device} but k_idx is on {device}: "
+                         "every tensor of a call must be on one device")
+    code = lengths_dtype_code(tuple(stream_lengths.shape), _dtype_name(stream_lengths), num_parallel)
+    if not stream_lengths.is_contiguous():
+        raise ValueError("stream_lengths is not contiguous; pass stream_lengths.contiguous()")
+    return stream_lengths.data_ptr(), code
 
 
 class _PlanData:
@@ -213,7 +230,8 @@ def _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, 
 
 
 def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
-            valid_last, need_read_groups, rec_tile, det_fields, check, separate=False):
+            valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths=None,
+            separate=False):
     """Runs the call (enqueues it on the current stream of k_idx's GPU); returns (plan data,
     outputs in field order). Raises as phase1_forward documents. ``separate``: a tensor of its
     own per output (an operator's returns must not share storage), else views of one block."""
@@ -251,13 +269,14 @@ def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_o
     data = plan.extra
     inputs = (k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
               0 if beta is None else beta.data_ptr())
+    lengths = lengths_arg(stream_lengths, data.device, num_parallel)
     if separate:
         dev = data.device
         outs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in data.specs]
-        plan.execute(*inputs, [o.data_ptr() for o in outs])
+        plan.execute(*inputs, [o.data_ptr() for o in outs], *lengths)
     else:
         block = torch.empty(data.block_bytes, dtype=torch.uint8, device=data.device)
-        plan.execute_block(*inputs, block.data_ptr())
+        plan.execute_block(*inputs, block.data_ptr(), *lengths)
         outs = data.carve(block)
     if check and device >= 0:
         torch.cuda.current_stream(device).synchronize()
@@ -267,12 +286,12 @@ def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_o
 
 def run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel: int, stream_offset: int,
         num_keys: int, valid_last: int, need_read_groups: bool, rec_tile: int, det_fields: int,
-        check: bool) -> List[torch.Tensor]:
+        check: bool, stream_lengths=None) -> List[torch.Tensor]:
     """The computed outputs in field order (repeats' count last), each in a tensor of its own:
     the operator's result."""
     _, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, None, num_parallel, stream_offset,
                       num_keys, valid_last, need_read_groups, rec_tile, det_fields, check,
-                      separate=True)
+                      stream_lengths, separate=True)
     return outs
 
 
@@ -293,11 +312,12 @@ _TEMPLATES: dict = {}
 
 
 def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
-            valid_last, need_read_groups, beta, rec_tile, det_fields, check) -> Phase1:
+            valid_last, need_read_groups, beta, rec_tile, det_fields, check,
+            stream_lengths=None) -> Phase1:
     """phase1_forward on torch tensors (see sdm_phase1.phase1_forward)."""
     data, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel,
                          stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
-                         det_fields, check)
+                         det_fields, check, stream_lengths)
     if repeats is not None:
         repeats.add_(outs[data.repeats])
     return _assemble(data.template, data.slots, outs)

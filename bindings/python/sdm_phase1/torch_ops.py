@@ -42,19 +42,22 @@ __all__ = ["phase1_forward", "phase1_op", "SCHEMA"]
 #: The operator's schema.
 SCHEMA = ("phase1_forward(Tensor k_idx, Tensor q_idx, Tensor k_val, Tensor q_val, Tensor g, "
           "Tensor? beta, int num_parallel, int stream_offset, int num_keys, int valid_last, "
-          "bool need_read_groups, int rec_tile, int det_fields, bool check) -> Tensor[]")
+          "bool need_read_groups, int rec_tile, int det_fields, bool check, "
+          "Tensor? stream_lengths=None) -> Tensor[]")
 
 _LIBRARY = torch.library.Library("sdm_phase1", "DEF")
 _LIBRARY.define(SCHEMA)
 
 
 def _implementation(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
-                    valid_last, need_read_groups, rec_tile, det_fields, check) -> List[torch.Tensor]:
+                    valid_last, need_read_groups, rec_tile, det_fields, check,
+                    stream_lengths=None) -> List[torch.Tensor]:
     """The computed outputs in field order (those ``det_fields`` and ``need_read_groups``
     select, see ``sdm_phase1._fields.output_layout``), then a one-element int64 tensor with
     the repeats count. ``det_fields`` must be resolved (the wrapper applies the default)."""
     return _torch_impl.run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset,
-                           num_keys, valid_last, need_read_groups, rec_tile, det_fields, check)
+                           num_keys, valid_last, need_read_groups, rec_tile, det_fields, check,
+                           stream_lengths)
 
 
 _LIBRARY.impl("phase1_forward", _implementation, "CUDA")
@@ -66,7 +69,7 @@ phase1_op = torch.ops.sdm_phase1.phase1_forward.default
 
 @torch.library.register_fake("sdm_phase1::phase1_forward")
 def _phase1_fake(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
-                 valid_last, need_read_groups, rec_tile, det_fields, check):
+                 valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths=None):
     N, C, W = k_idx.shape
     R = q_idx.shape[2]
     return [
@@ -107,13 +110,16 @@ def phase1_forward(
     rec_tile: int = 0,
     det_fields: Optional[int] = None,
     check: bool = False,
+    stream_lengths: Optional[torch.Tensor] = None,
 ) -> Phase1:
     """The spec's ``phase1_forward`` through the operator: traceable by ``torch.compile``.
 
     Arguments, results and errors as :func:`sdm_phase1.phase1_forward` for torch tensors
     (``repeats``: None or a one-element int64 tensor on the inputs' device, incremented in
-    place). ``check=True`` synchronizes, so leave it off in code that is compiled with CUDA
-    graphs or captured. Forward only: inputs that require grad while autograd records raise
+    place; ``stream_lengths``: None or a [num_parallel] int32 / int64 tensor on that device,
+    an input of the operator, so a captured graph reads its contents at each replay).
+    ``check=True`` synchronizes, so leave it off in code that is compiled with CUDA graphs or
+    captured. Forward only: inputs that require grad while autograd records raise
     RuntimeError (call under ``torch.no_grad()``, or on detached inputs).
     """
     _torch_impl.refuse_grad(k_val, q_val, g, beta)
@@ -131,7 +137,7 @@ def phase1_forward(
     if repeats is not None:
         _torch_impl.check_repeats(repeats, k_idx.device)
     got = phase1_op(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
-                    valid_last, need_read_groups, tile, det, check)
+                    valid_last, need_read_groups, tile, det, check, stream_lengths)
     N, C, W = k_idx.shape
     fields = _fields_of(N, C, W, q_idx.shape[2], det, need_read_groups, tile)
     if repeats is not None:

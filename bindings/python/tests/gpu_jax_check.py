@@ -57,6 +57,20 @@ def main() -> int:
         if kw["vals"] == "bf16":
             assert got.k_eff.dtype == jnp.bfloat16
 
+    # Per-stream lengths (int32: JAX keeps no int64 without x64), on the device.
+    lengths = np.array([70, 3], np.int32)
+    case = make_case(4, N=6, C=32, W=4, R=3, P=2, num_keys=40, stream_lengths=lengths)
+    inputs, opts = split(case)
+    want = cpu_result(inputs, opts, stream_lengths=lengths)
+    assert_same(want, call(to_jax(inputs), opts, stream_lengths=jax.device_put(lengths, dev)))
+    try:
+        bad = jax.device_put(np.array([97, 3], np.int32), dev)
+        call(to_jax(inputs), opts, check=True, stream_lengths=bad)
+    except p1.Phase1Error as e:
+        assert "stream_lengths[0] = 97" in e.message, e.message
+    else:
+        raise AssertionError("bad length not reported")
+
     case = make_case(3, N=2, C=8, W=3, R=2, P=1, num_keys=16)
     inputs, opts = split(case)
     x = to_jax(inputs)

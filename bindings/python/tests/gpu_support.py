@@ -78,3 +78,19 @@ def assert_same(cpu, gpu):
             bad = np.argwhere(got.view(np.uint8).reshape(-1) != want.view(np.uint8).reshape(-1))
             raise AssertionError(f"{name}: bits differ from the CPU backend's at byte "
                                  f"{int(bad[0][0])} of {want.nbytes} ({len(bad)} bytes differ)")
+
+
+def capture_graph(call):
+    """(a torch CUDA graph of ``call()``, the outputs it writes at each replay), after one
+    warm-up call on a side stream, as torch.cuda.graph's docs do."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    return graph, out

@@ -166,14 +166,13 @@ def _peer_counts(flag: np.ndarray, gs: np.ndarray, ge: np.ndarray):
     return before, after
 
 
-def _chunk(c, k_idx, q_idx, kv, qv, g, beta, P, stream_offset, num_keys, valid_last, L, pairs):
-    """All outputs of chunk c (a dict of arrays)."""
+def _chunk(c, k_idx, q_idx, kv, qv, g, beta, P, stream_offset, num_keys, tv, L, pairs):
+    """All outputs of chunk c (a dict of arrays), whose first tv tokens are valid (0..C)."""
     N, C, W = k_idx.shape
     R = q_idx.shape[2]
     WR = W + R
     n = C * WR
     s = c % P
-    tv = valid_last if c >= N - P else C
     id_base = s * stream_offset
 
     # entries in entry order
@@ -411,9 +410,23 @@ def _chunk(c, k_idx, q_idx, kv, qv, g, beta, P, stream_offset, num_keys, valid_l
     return out
 
 
+def chunk_valid_counts(N, C, num_parallel, valid_last, stream_lengths=None):
+    """Valid tokens of each of the N chunks: with stream_lengths (stream s has
+    stream_lengths[s] tokens, 0..steps * C), chunk c (stream c % P, step c // P) has
+    min(max(len - step * C, 0), C); without, C but valid_last in the last P chunks."""
+    P = num_parallel
+    if stream_lengths is None:
+        return [valid_last if c >= N - P else C for c in range(N)]
+    lengths = [int(x) for x in np.asarray(stream_lengths).reshape(-1)]
+    if len(lengths) != P or any(not 0 <= x <= N // P * C for x in lengths):
+        raise ValueError("reference: stream_lengths must hold num_parallel lengths in 0..steps * C")
+    return [min(max(lengths[c % P] - c // P * C, 0), C) for c in range(N)]
+
+
 def phase1(k_idx, q_idx, k_val, q_val, g, *, num_parallel, stream_offset, num_keys, valid_last,
-           beta=None, rec_tile=128, pairs=True):
+           beta=None, rec_tile=128, pairs=True, stream_lengths=None):
     """Every Phase-1 output of all N chunks, computed independently (see the module docstring).
+    stream_lengths: per-stream lengths (chunk_valid_counts), replacing the valid_last rule.
 
     Returns a dict: float fields as float64 truths, integer fields as int64, packed words as
     their unsigned values in int64, records split into their words:
@@ -439,8 +452,9 @@ def phase1(k_idx, q_idx, k_val, q_val, g, *, num_parallel, stream_offset, num_ke
     if not 1 <= valid_last <= C:
         raise ValueError("reference: valid_last must be in 1..C")
     L = int(rec_tile) if rec_tile and rec_tile > 0 else 128
+    valid = chunk_valid_counts(N, C, num_parallel, valid_last, stream_lengths)
     chunks = [_chunk(c, k_idx, q_idx, kv, qv, g, beta, num_parallel, stream_offset, num_keys,
-                     valid_last, L, pairs) for c in range(N)]
+                     valid[c], L, pairs) for c in range(N)]
     out = {}
     for name in chunks[0]:
         if name == "repeats":

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sdm_phase1 as p1
-from gpu_support import assert_same, cpu_result, cuda_skip_reason, split, torch_inputs
+from gpu_support import assert_same, capture_graph, cpu_result, cuda_skip_reason, split, torch_inputs
 from test_reference import make_case
 
 torch = pytest.importorskip("torch")
@@ -168,14 +168,7 @@ def test_cuda_graph_capture_and_replay():
     def call():
         return p1.phase1_forward(*(static[n] for n in names), rep, beta=static["beta"], **opts, **kw)
 
-    side = torch.cuda.Stream()  # warm-up on a side stream, as torch.cuda.graph's docs do
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = call()
+    graph, out = capture_graph(call)
     rep.zero_()
     for case in (second, first, second):
         data, _ = split(case)

@@ -150,9 +150,10 @@ def make_keys(rng, N, C, W, num_keys, mode, pool):
 
 def make_case(seed, *, N=2, C=16, W=4, R=4, P=1, num_keys=64, stream_offset=None, valid_last=None,
               idx=np.int32, vals="f32", gate="token", gate_kind="normal", val_kind="normal",
-              kmode="pool", pool=None, qhit=0.7, beta=True):
-    """Random inputs with padding tokens (t >= valid_last of the last P chunks) filled with
-    garbage ids / NaNs, which the library must never read."""
+              kmode="pool", pool=None, qhit=0.7, beta=True, stream_lengths=None):
+    """Random inputs with padding tokens (t >= valid_last of the last P chunks, or past each
+    stream's length with stream_lengths) filled with garbage ids / NaNs, which the library
+    must never read."""
     rng = np.random.default_rng(seed)
     if stream_offset is None:
         stream_offset = num_keys + 17 if P > 1 else 0
@@ -176,21 +177,22 @@ def make_case(seed, *, N=2, C=16, W=4, R=4, P=1, num_keys=64, stream_offset=None
     bt = rng.uniform(0.0, 1.0, size=(N, C)).astype(np.float32) if beta else None
     # padding: garbage everywhere
     big = np.iinfo(idx).max
-    for c in range(N - P, N):
-        k_idx[c, valid_last:] = big - rng.integers(0, 1000, size=(C - valid_last, W))
-        q_idx[c, valid_last:] = -1 - rng.integers(0, 1000, size=(C - valid_last, R))
-        kv[c, valid_last:] = np.nan
-        qv[c, valid_last:] = np.inf
-        g[c, valid_last:] = np.nan
+    for c, tv in enumerate(ref.chunk_valid_counts(N, C, P, valid_last, stream_lengths)):
+        k_idx[c, tv:] = big - rng.integers(0, 1000, size=(C - tv, W))
+        q_idx[c, tv:] = -1 - rng.integers(0, 1000, size=(C - tv, R))
+        kv[c, tv:] = np.nan
+        qv[c, tv:] = np.inf
+        g[c, tv:] = np.nan
         if bt is not None:
-            bt[c, valid_last:] = np.nan
+            bt[c, tv:] = np.nan
     k_idx = k_idx.astype(idx)
     q_idx = q_idx.astype(idx)
     if vals == "bf16":
         kv = ref.f64_to_bf16_bits(kv)
         qv = ref.f64_to_bf16_bits(qv)
     return dict(k_idx=k_idx, q_idx=q_idx, k_val=kv, q_val=qv, g=g, beta=bt, num_parallel=P,
-                stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last)
+                stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,
+                stream_lengths=stream_lengths)
 
 
 # ---- comparison ---------------------------------------------------------------------------
@@ -309,13 +311,13 @@ def run_and_compare(case, *, det_fields=None, need_read_groups=True, rec_tile=0,
                             stream_offset=case["stream_offset"], num_keys=case["num_keys"],
                             valid_last=case["valid_last"], need_read_groups=need_read_groups,
                             beta=beta, rec_tile=rec_tile, det_fields=det_fields,
-                            num_threads=num_threads)
+                            num_threads=num_threads, stream_lengths=case.get("stream_lengths"))
     CASES_RUN[0] += 1
     L = rec_tile if rec_tile > 0 else 128
     want = ref.phase1(case["k_idx"], case["q_idx"], case["k_val"], case["q_val"], case["g"],
                       num_parallel=case["num_parallel"], stream_offset=case["stream_offset"],
                       num_keys=case["num_keys"], valid_last=case["valid_last"], beta=beta,
-                      rec_tile=L, pairs=pairs)
+                      rec_tile=L, pairs=pairs, stream_lengths=case.get("stream_lengths"))
     compare(out, want, rep, case, det_fields, need_read_groups, beta)
     return out, want
 
@@ -693,3 +695,69 @@ def test_comparison_has_teeth(field, vals):
     finally:
         ERRORS.clear()
         ERRORS.update(saved)
+
+
+# ---- per-stream lengths -------------------------------------------------------------------
+
+LENGTHS = [
+    ("zero-one-full", dict(N=8, P=4, C=16, W=3, R=3, num_keys=40, stream_offset=1000, kmode="random",
+                           gate_kind="mixed"), [0, 1, 32, 16]),
+    ("mixed-int32-bf16-write", dict(N=9, P=3, C=24, W=5, R=4, num_keys=30, kmode="random", vals="bf16",
+                                    gate="write", gate_kind="mixed", idx=np.int64),
+     np.array([71, 25, 48], np.int32)),
+    ("multiples-of-C", dict(N=6, P=2, C=32, W=8, R=8, num_keys=64), np.array([64, 32], np.int64)),
+    ("P1-short", dict(N=4, P=1, C=16, W=4, R=4, num_keys=12, kmode="random"), [37]),
+    ("C1", dict(N=12, P=4, C=1, W=6, R=2, num_keys=8, kmode="random", gate_kind="mixed"), [3, 0, 1, 2]),
+]
+
+
+@pytest.mark.parametrize("cid,case_kw,lengths", LENGTHS, ids=[c[0] for c in LENGTHS])
+def test_stream_lengths_match_reference(cid, case_kw, lengths):
+    case = make_case(hash(cid) % 1000, stream_lengths=lengths, **case_kw)
+    run_and_compare(case, det_fields=ALL_BITS, rec_tile=5)
+
+
+def test_stream_lengths_as_valid_last_same_bytes():
+    """Lengths that say what valid_last says give the valid_last rule's bytes (the plan's own
+    valid_last is then ignored); one Plan serves several length vectors."""
+    case = make_case(5, N=6, P=3, C=16, W=4, R=4, num_keys=20, valid_last=9, kmode="random")
+    c = dict(case)
+    beta = c.pop("beta")
+    c.pop("stream_lengths")
+    kw = dict(num_parallel=3, stream_offset=c["stream_offset"], num_keys=20, beta=beta,
+              det_fields=ALL_BITS)
+    args = (c["k_idx"], c["q_idx"], c["k_val"], c["q_val"], c["g"])
+    rule = p1.phase1_forward(*args, valid_last=9, **kw)
+    lengths = p1.phase1_forward(*args, valid_last=16, stream_lengths=np.full(3, 16 + 9, np.int32), **kw)
+    for name in rule._fields:
+        x, y = getattr(rule, name), getattr(lengths, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert np.asarray(x).tobytes() == np.asarray(y).tobytes(), name
+    with p1.Plan(N=6, C=16, W=4, R=4, num_parallel=3, stream_offset=c["stream_offset"], num_keys=20,
+                 det_fields=ALL_BITS) as plan:
+        for vec in ([25, 25, 25], [0, 25, 3]):   # within the valid data (padding: garbage)
+            got = plan.execute(*args, beta=beta, stream_lengths=vec)
+            want = p1.phase1_forward(*args, valid_last=16, stream_lengths=vec, **kw)
+            assert got.a.tobytes() == want.a.tobytes() and got.payload.tobytes() == want.payload.tobytes()
+        assert not np.array_equal(got.payload, rule.payload)
+
+
+def test_bad_stream_lengths():
+    case = make_case(6, N=4, P=2, C=8, W=2, R=2, num_keys=10)
+    c = dict(case)
+    c.pop("beta")
+    c.pop("stream_lengths")
+    args = (c["k_idx"], c["q_idx"], c["k_val"], c["q_val"], c["g"])
+    kw = dict(num_parallel=2, stream_offset=c["stream_offset"], num_keys=10, valid_last=8)
+    bad = (([16, -1], 1, -1), ([17, 3], 0, 17), (np.array([5, 2**31 - 1], np.int32), 1, 2**31 - 1))
+    for lengths, stream, value in bad:
+        with pytest.raises(p1.Phase1Error) as e:
+            p1.phase1_forward(*args, stream_lengths=lengths, **kw)
+        assert e.value.status == "SDM_P1_ERROR_INVALID_INPUT"
+        message = f"stream_lengths[{stream}] = {value}: stream {stream}'s length must be in 0..16"
+        assert message in str(e.value)
+    with pytest.raises(ValueError, match="num_parallel = 2 lengths"):
+        p1.phase1_forward(*args, stream_lengths=[1, 2, 3], **kw)
+    with pytest.raises(ValueError, match="int32 or int64"):
+        p1.phase1_forward(*args, stream_lengths=np.array([1.0, 2.0]), **kw)

@@ -44,6 +44,22 @@ def test_same_bits_as_numpy(op, variant):
         assert all(x is None or x.device.type == "cpu" for x in got)
 
 
+@pytest.mark.parametrize("op", [False, True])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_stream_lengths_same_bits_as_numpy(op, dtype):
+    lengths = np.array([30, 0])   # steps 2 of C 16: 30 and 0 of 32 tokens
+    inputs, opts = split(make_case(6, N=4, C=16, W=4, R=3, P=2, num_keys=32, stream_lengths=lengths))
+    want = cpu_result(inputs, opts, det_fields=3071, stream_lengths=lengths)
+    t = torch_inputs(inputs, "cpu")
+    got = _call(t, opts, op=op, det_fields=3071, stream_lengths=torch.from_numpy(lengths).to(dtype))
+    assert_same(want, got)
+    ids = torch.zeros(2, 5, 3, 2, dtype=torch.int32)
+    layout = p1.to_chunks(ids, ids, torch.ones(2, 5, 3, 2), torch.ones(2, 5, 3, 2), torch.zeros(2, 5, 3),
+                          chunk_size=4, lengths=torch.tensor([5, 2]))
+    assert layout.k_val.shape == (12, 4, 2) and layout.stream_lengths.tolist() == [5, 5, 5, 2, 2, 2]
+    assert float(layout.k_val.sum()) == 2.0 * (3 * 5 + 3 * 2)   # the padding tokens hold zeros
+
+
 def test_repeats_and_cache():
     inputs, opts = _case(5, kmode="random")
     want = np.array([3], np.int64)

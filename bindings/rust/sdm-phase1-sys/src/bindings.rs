@@ -208,7 +208,7 @@ pub struct sdm_p1_desc {
     #[doc = " Valid tokens in each stream's last chunk, 1..C; the later tokens of those chunks are"]
     #[doc = " padding: their ids, values and gates are never read and their outputs are neutral"]
     #[doc = " (zero logs and weights, cpe 1, flags 0, zero rows and columns of a and qk)."]
-    #[doc = " SDM_P1_UNSET: C."]
+    #[doc = " SDM_P1_UNSET: C. An execute given sdm_p1_inputs.stream_lengths (1.2) ignores it."]
     pub valid_last: i64,
     #[doc = " k_idx / q_idx element type: SDM_P1_DTYPE_INT32 or SDM_P1_DTYPE_INT64."]
     pub index_dtype: i32,
@@ -929,12 +929,35 @@ pub struct sdm_p1_inputs {
     pub g: *const f32,
     #[doc = " [N, C] float32; needed (non-NULL) when det_fields has DET_KSPA, else ignored."]
     pub beta: *const f32,
+    #[doc = " Since 1.2. [num_parallel] per-stream lengths, of stream_lengths_dtype; NULL (the"]
+    #[doc = " default): the valid_last rule of sdm_p1_desc. Stream s then has stream_lengths[s]"]
+    #[doc = " valid tokens, in 0..steps * C with steps = N / num_parallel, and chunk c (stream"]
+    #[doc = " c % num_parallel, step c / num_parallel) has clamp(stream_lengths[s] - step * C, 0, C)"]
+    #[doc = " valid tokens, its first ones; the others are padding as described at valid_last"]
+    #[doc = " (valid_last is then ignored), and a chunk with none is wholly padding: neutral outputs"]
+    #[doc = " throughout. Given at each execute, so one plan serves batches of one padded shape"]
+    #[doc = " with any lengths (CUDA: a graph replays with the lengths its buffer holds then)."]
+    #[doc = " Host memory for a CPU plan, device memory of the plan's device for a CUDA plan, as the"]
+    #[doc = " other inputs. A length outside 0..steps * C is bad input data"]
+    #[doc = " (SDM_P1_ERROR_INVALID_INPUT naming the stream, its length and the allowed range: CPU at"]
+    #[doc = " execute, before any output is written; CUDA from sdm_p1_execute_status, where it is"]
+    #[doc = " reported before any bad id or gate, the smallest such stream first, and such a"]
+    #[doc = " stream's chunks read no input). Example: num_parallel = 2, steps = 3 (N = 6), C = 4,"]
+    #[doc = " stream_lengths = {10, 3}: stream 0's chunks 0, 2, 4 have 4, 4 and 2 valid tokens,"]
+    #[doc = " stream 1's chunks 1, 3, 5 have 3, 0 and 0."]
+    pub stream_lengths: *const ::std::os::raw::c_void,
+    #[doc = " The element type of stream_lengths: SDM_P1_DTYPE_INT32 or SDM_P1_DTYPE_INT64 (any"]
+    #[doc = " other value, 0 included, is refused with SDM_P1_ERROR_INVALID_ARGUMENT when"]
+    #[doc = " stream_lengths is set); ignored when stream_lengths is NULL."]
+    pub stream_lengths_dtype: i32,
+    #[doc = " Reserved (the padding to 8 bytes, named): must be 0."]
+    pub reserved: i32,
 }
 #[test]
 fn bindgen_test_layout_sdm_p1_inputs() {
     assert_eq!(
         ::std::mem::size_of::<sdm_p1_inputs>(),
-        56usize,
+        72usize,
         concat!("Size of: ", stringify!(sdm_p1_inputs))
     );
     assert_eq!(
@@ -1061,6 +1084,57 @@ fn bindgen_test_layout_sdm_p1_inputs() {
         );
     }
     test_field_beta();
+    fn test_field_stream_lengths() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_inputs>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stream_lengths) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_inputs),
+                "::",
+                stringify!(stream_lengths)
+            )
+        );
+    }
+    test_field_stream_lengths();
+    fn test_field_stream_lengths_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_inputs>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).stream_lengths_dtype) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_inputs),
+                "::",
+                stringify!(stream_lengths_dtype)
+            )
+        );
+    }
+    test_field_stream_lengths_dtype();
+    fn test_field_reserved() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_inputs>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_inputs),
+                "::",
+                stringify!(reserved)
+            )
+        );
+    }
+    test_field_reserved();
 }
 extern "C" {
     #[doc = " Computes every requested output of the plan for the given inputs."]
@@ -1082,8 +1156,9 @@ extern "C" {
     #[doc = "   executes without using the processor, and joined by sdm_p1_plan_destroy. Their scratch"]
     #[doc = "   is the plan's workspace. A worker that cannot be started gives"]
     #[doc = "   SDM_P1_ERROR_OUT_OF_MEMORY (the plan stays usable; a later execute tries again)."]
-    #[doc = " Bad input data (ids out of range, bad gates): the CPU backend returns"]
-    #[doc = " SDM_P1_ERROR_INVALID_INPUT with the first offending chunk, token and lane. The CUDA backend"]
+    #[doc = " Bad input data (ids out of range, bad gates, stream lengths out of range): the CPU backend"]
+    #[doc = " returns SDM_P1_ERROR_INVALID_INPUT with the first bad stream length, else the first"]
+    #[doc = " offending chunk, token and lane. The CUDA backend"]
     #[doc = " cannot know before its kernels run: execute succeeds, the kernels record the first"]
     #[doc = " offender on the device (never reading or writing out of bounds, never hanging) and"]
     #[doc = " sdm_p1_execute_status reports it once the caller has synchronized."]
@@ -1096,14 +1171,15 @@ extern "C" {
     ) -> sdm_p1_status;
 }
 extern "C" {
-    #[doc = " The data check of the plan's last execute: SDM_P1_SUCCESS when every valid token's ids lay"]
-    #[doc = " in its stream's range and every gate was finite and of magnitude below 2^22; otherwise"]
-    #[doc = " SDM_P1_ERROR_INVALID_INPUT with the message the CPU backend gives for the same inputs (the"]
-    #[doc = " first offending chunk, token and lane in chunk order, and the bad value) in"]
+    #[doc = " The data check of the plan's last execute: SDM_P1_SUCCESS when every stream length (1.2)"]
+    #[doc = " lay in 0..steps * C, every valid token's ids lay in its stream's range and every gate was"]
+    #[doc = " finite and of magnitude below 2^22; otherwise SDM_P1_ERROR_INVALID_INPUT with the message"]
+    #[doc = " the CPU backend gives for the same inputs (the first bad stream length; else the first"]
+    #[doc = " offending chunk, token and lane in chunk order, and the bad value) in"]
     #[doc = " sdm_p1_last_error(). The outputs of such an execute are unspecified."]
     #[doc = " CUDA backend: the kernels write the result to the plan's workspace; call this only after"]
     #[doc = " the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a"]
-    #[doc = " device synchronize), from any thread. It copies 8 bytes (16 when there is an offender)"]
+    #[doc = " device synchronize), from any thread. It copies 16 bytes (24 when there is an offender)"]
     #[doc = " from the device with cudaMemcpy, so it also waits for work queued on the legacy default"]
     #[doc = " stream. Each execute clears the result first (graph replays too)."]
     #[doc = " CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors)."]

@@ -64,5 +64,8 @@ pub fn inputs_initializer() -> sdm_p1_inputs {
         q_val: std::ptr::null(),
         g: std::ptr::null(),
         beta: std::ptr::null(),
+        stream_lengths: std::ptr::null(),
+        stream_lengths_dtype: 0,
+        reserved: 0,
     }
 }

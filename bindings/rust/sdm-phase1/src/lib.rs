@@ -88,7 +88,7 @@ pub use sdm_phase1_sys as sys;
 
 pub use error::{Error, Result, Status};
 pub use outputs::{Field, FieldInfo, Outputs, Tensor};
-pub use plan::{DeviceInputs, Inputs, OutputBuffers, Plan, PlanBuilder};
+pub use plan::{DeviceInputs, Inputs, OutputBuffers, Plan, PlanBuilder, StreamLengths};
 pub use types::{
     Backend, Bf16, Data, DetFields, Dtype, Element, Index, IndexDtype, OutputMode, Value,
     ValueDtype,

@@ -219,6 +219,48 @@ pub struct Inputs<'a, I: Index, V: Value> {
     pub beta: Option<&'a [f32]>,
 }
 
+/// Per-stream lengths of one execute (since 1.2; `sdm_p1_inputs.stream_lengths`):
+/// `num_parallel` valid-token counts, each in `0..=steps * C` with `steps = N / num_parallel`.
+/// Chunk `c` (stream `c % P`, step `c / P`) then has `clamp(len - step * C, 0, C)` valid
+/// tokens, and the plan's `valid_last` is ignored. A length out of range is bad data
+/// ([`Status::InvalidInput`](crate::Status::InvalidInput) naming the stream).
+#[derive(Clone, Copy, Debug)]
+pub enum StreamLengths<'a> {
+    /// `i32` lengths.
+    I32(&'a [i32]),
+    /// `i64` lengths.
+    I64(&'a [i64]),
+}
+
+impl<'a> From<&'a [i32]> for StreamLengths<'a> {
+    fn from(v: &'a [i32]) -> StreamLengths<'a> {
+        StreamLengths::I32(v)
+    }
+}
+
+impl<'a> From<&'a [i64]> for StreamLengths<'a> {
+    fn from(v: &'a [i64]) -> StreamLengths<'a> {
+        StreamLengths::I64(v)
+    }
+}
+
+impl StreamLengths<'_> {
+    fn len(&self) -> usize {
+        match self {
+            StreamLengths::I32(v) => v.len(),
+            StreamLengths::I64(v) => v.len(),
+        }
+    }
+
+    // The C struct's pointer and dtype fields.
+    fn raw(&self) -> (*const c_void, i32) {
+        match self {
+            StreamLengths::I32(v) => (v.as_ptr().cast(), sys::SDM_P1_DTYPE_INT32 as i32),
+            StreamLengths::I64(v) => (v.as_ptr().cast(), sys::SDM_P1_DTYPE_INT64 as i32),
+        }
+    }
+}
+
 /// The device inputs of one [`Plan::execute_device`]: raw pointers to device memory of the
 /// plan's device, each array as in [`Inputs`]. Null pointers are refused by the library,
 /// except `beta` when the plan does not compute `kspa`.
@@ -417,12 +459,34 @@ impl Plan {
         &mut self,
         inputs: &Inputs<'_, I, V>,
     ) -> Result<Outputs<'_>> {
-        let raw_inputs = self.host_inputs("Plan::execute", inputs)?;
+        self.run_host("Plan::execute", inputs, None)
+    }
+
+    /// [`Plan::execute`] with per-stream lengths (`num_parallel` of them, see
+    /// [`StreamLengths`]) in place of the plan's `valid_last` rule: one plan serves batches
+    /// of one padded shape whatever their lengths. A slice of another length is refused
+    /// ([`Status::InvalidArgument`]); a length outside `0..=steps * C` is the library's
+    /// [`Status::InvalidInput`], reported before any output is written.
+    pub fn execute_with_lengths<'l, I: Index, V: Value>(
+        &mut self,
+        inputs: &Inputs<'_, I, V>,
+        lengths: impl Into<StreamLengths<'l>>,
+    ) -> Result<Outputs<'_>> {
+        self.run_host("Plan::execute_with_lengths", inputs, Some(lengths.into()))
+    }
+
+    fn run_host<I: Index, V: Value>(
+        &mut self,
+        who: &str,
+        inputs: &Inputs<'_, I, V>,
+        lengths: Option<StreamLengths<'_>>,
+    ) -> Result<Outputs<'_>> {
+        let raw_inputs = self.host_inputs(who, inputs, lengths)?;
         if self.output_mode == OutputMode::Caller {
-            return Err(Error::invalid_argument(
-                "Plan::execute: the plan is in OutputMode::Caller and has no output buffers; \
-                 use execute_into with Plan::output_buffers",
-            ));
+            return Err(Error::invalid_argument(format!(
+                "{who}: the plan is in OutputMode::Caller and has no output buffers; use \
+                 execute_into with Plan::output_buffers"
+            )));
         }
         self.executed = false;
         // SAFETY: the inputs point into slices of the checked lengths and types, alive for
@@ -481,12 +545,37 @@ impl Plan {
         inputs: &Inputs<'_, I, V>,
         buffers: &'b mut OutputBuffers,
     ) -> Result<Outputs<'b>> {
-        let raw_inputs = self.host_inputs("Plan::execute_into", inputs)?;
+        self.run_into("Plan::execute_into", inputs, None, buffers)
+    }
+
+    /// [`Plan::execute_into`] with per-stream lengths, as [`Plan::execute_with_lengths`].
+    pub fn execute_into_with_lengths<'b, 'l, I: Index, V: Value>(
+        &mut self,
+        inputs: &Inputs<'_, I, V>,
+        lengths: impl Into<StreamLengths<'l>>,
+        buffers: &'b mut OutputBuffers,
+    ) -> Result<Outputs<'b>> {
+        self.run_into(
+            "Plan::execute_into_with_lengths",
+            inputs,
+            Some(lengths.into()),
+            buffers,
+        )
+    }
+
+    fn run_into<'b, I: Index, V: Value>(
+        &mut self,
+        who: &str,
+        inputs: &Inputs<'_, I, V>,
+        lengths: Option<StreamLengths<'_>>,
+        buffers: &'b mut OutputBuffers,
+    ) -> Result<Outputs<'b>> {
+        let raw_inputs = self.host_inputs(who, inputs, lengths)?;
         if buffers.infos != self.infos {
-            return Err(Error::invalid_argument(
-                "Plan::execute_into: the buffers were made for a plan with other outputs \
-                 (shapes, dtypes or det_fields); use this plan's output_buffers()",
-            ));
+            return Err(Error::invalid_argument(format!(
+                "{who}: the buffers were made for a plan with other outputs (shapes, dtypes or \
+                 det_fields); use this plan's output_buffers()"
+            )));
         }
         let ptrs = buffers.pointers();
         // SAFETY: inputs checked as in execute; every requested field gets a host buffer of
@@ -542,6 +631,32 @@ impl Plan {
         outputs: Option<&[*mut c_void]>,
         stream: *mut c_void,
     ) -> Result<()> {
+        // SAFETY: as the caller guarantees; no lengths.
+        unsafe {
+            self.execute_device_with_lengths(inputs, ptr::null(), IndexDtype::I32, outputs, stream)
+        }
+    }
+
+    /// [`Plan::execute_device`] with per-stream lengths in device memory (see
+    /// [`StreamLengths`]): `lengths` points to `num_parallel` elements of `dtype` (`i32` or
+    /// `i64`), or is null (the plan's `valid_last` rule). The kernels read them, so the
+    /// launch needs no host synchronization and a captured graph reads the buffer's lengths
+    /// at each replay; a length outside `0..=steps * C` is reported by
+    /// [`Plan::execute_status`].
+    ///
+    /// # Safety
+    ///
+    /// As [`Plan::execute_device`], and `lengths` is null or points to `num_parallel`
+    /// naturally aligned elements of `dtype` in device memory of the plan's device, allocated
+    /// and unchanged until the enqueued work has completed.
+    pub unsafe fn execute_device_with_lengths(
+        &mut self,
+        inputs: &DeviceInputs,
+        lengths: *const c_void,
+        dtype: IndexDtype,
+        outputs: Option<&[*mut c_void]>,
+        stream: *mut c_void,
+    ) -> Result<()> {
         if self.backend != Backend::Cuda {
             return Err(Error::invalid_argument(format!(
                 "Plan::execute_device: the plan runs on the {:?} backend, not Backend::Cuda \
@@ -567,6 +682,11 @@ impl Plan {
         raw_inputs.q_val = inputs.q_val;
         raw_inputs.g = inputs.g;
         raw_inputs.beta = inputs.beta;
+        raw_inputs.stream_lengths = lengths;
+        raw_inputs.stream_lengths_dtype = match dtype {
+            IndexDtype::I32 => sys::SDM_P1_DTYPE_INT32,
+            IndexDtype::I64 => sys::SDM_P1_DTYPE_INT64,
+        } as i32;
         self.executed = false;
         // SAFETY: the caller guarantees the pointers and the stream (see # Safety).
         check(unsafe {
@@ -590,6 +710,7 @@ impl Plan {
         &self,
         who: &str,
         inputs: &Inputs<'_, I, V>,
+        lengths: Option<StreamLengths<'_>>,
     ) -> Result<sys::sdm_p1_inputs> {
         if self.backend != Backend::Cpu {
             return Err(Error::invalid_argument(format!(
@@ -645,6 +766,16 @@ impl Plan {
         raw.q_val = inputs.q_val.as_ptr().cast();
         raw.g = inputs.g.as_ptr();
         raw.beta = inputs.beta.map_or(ptr::null(), <[f32]>::as_ptr);
+        if let Some(l) = lengths {
+            let streams = self.num_parallel();
+            if l.len() != streams {
+                return Err(Error::invalid_argument(format!(
+                    "{who}: stream_lengths has {} elements; the plan needs num_parallel = {streams}",
+                    l.len()
+                )));
+            }
+            (raw.stream_lengths, raw.stream_lengths_dtype) = l.raw();
+        }
         Ok(raw)
     }
 

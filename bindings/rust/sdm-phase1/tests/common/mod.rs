@@ -282,6 +282,16 @@ fn last_error() -> String {
 /// Runs the case through the raw C API (plan-owned outputs): every field's view and bytes, or
 /// the failing status and message.
 pub fn run_c(case: &Case, data: &Data, with_beta: bool) -> Result<Vec<RawField>, (u32, String)> {
+    run_c_lengths(case, data, with_beta, None)
+}
+
+/// run_c with per-stream lengths (int64) in sdm_p1_inputs.stream_lengths.
+pub fn run_c_lengths(
+    case: &Case,
+    data: &Data,
+    with_beta: bool,
+    lengths: Option<&[i64]>,
+) -> Result<Vec<RawField>, (u32, String)> {
     let desc = case.desc(OutputMode::Plan);
     let k_idx = aligned(&id_bytes(case, &data.k_idx));
     let q_idx = aligned(&id_bytes(case, &data.q_idx));
@@ -301,6 +311,10 @@ pub fn run_c(case: &Case, data: &Data, with_beta: bool) -> Result<Vec<RawField>,
         inputs.g = data.g.as_ptr();
         if with_beta {
             inputs.beta = data.beta.as_ptr();
+        }
+        if let Some(l) = lengths {
+            inputs.stream_lengths = l.as_ptr().cast();
+            inputs.stream_lengths_dtype = sys::SDM_P1_DTYPE_INT64 as i32;
         }
         let s = sys::sdm_p1_execute(plan, &inputs, ptr::null(), 0, ptr::null_mut());
         if s != sys::SDM_P1_SUCCESS {
