@@ -490,7 +490,7 @@ SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* 
  * sdm_p1_last_error(). The outputs of such an execute are unspecified.
  * CUDA backend: the kernels write the result to the plan's workspace; call this only after
  * the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a
- * device synchronize), from any thread. It copies 16 bytes (24 when there is an offender)
+ * device synchronize), from any thread. It copies 24 bytes (32 when there is an offender)
  * from the device with cudaMemcpy, so it also waits for work queued on the legacy default
  * stream. Each execute clears the result first (graph replays too).
  * CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors).

@@ -1179,7 +1179,7 @@ extern "C" {
     #[doc = " sdm_p1_last_error(). The outputs of such an execute are unspecified."]
     #[doc = " CUDA backend: the kernels write the result to the plan's workspace; call this only after"]
     #[doc = " the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a"]
-    #[doc = " device synchronize), from any thread. It copies 16 bytes (24 when there is an offender)"]
+    #[doc = " device synchronize), from any thread. It copies 24 bytes (32 when there is an offender)"]
     #[doc = " from the device with cudaMemcpy, so it also waits for work queued on the legacy default"]
     #[doc = " stream. Each execute clears the result first (graph replays too)."]
     #[doc = " CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors)."]

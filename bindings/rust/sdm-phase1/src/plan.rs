@@ -698,7 +698,7 @@ impl Plan {
     /// valid token's ids lay in its stream's range and every gate was finite and below 2^22,
     /// else [`Status::InvalidInput`] with the message the CPU backend gives for the same
     /// inputs. CUDA backend: call it only after the stream of that execute has been
-    /// synchronized (it copies 16 bytes from the device). CPU backend, or a plan never
+    /// synchronized (it copies 24 bytes from the device). CPU backend, or a plan never
     /// executed: always `Ok` (the CPU's execute reports bad data itself).
     pub fn execute_status(&mut self) -> Result<()> {
         // SAFETY: a live plan, not used concurrently (&mut self).
