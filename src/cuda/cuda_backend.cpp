@@ -1,5 +1,6 @@
 #include "cuda_backend.h"
 
+#include <cuda.h>   // the driver's types and constants only: its functions come through the runtime
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -52,6 +53,49 @@ AddressRange address_range_function() {
         return reinterpret_cast<AddressRange>(f);
     }();
     return function;
+}
+
+// cuPointerGetAttributes of the driver, through the runtime (no link to libcuda): a pointer's
+// memory type, device and allocation range in one driver query, where cudaPointerGetAttributes
+// and cuMemGetAddressRange take two. Looked up once; null where unavailable.
+using PointerAttributes = CUresult (*)(unsigned count, CUpointer_attribute* attributes, void** data,
+                                       CUdeviceptr ptr);
+
+PointerAttributes pointer_attributes_function() {
+    static const PointerAttributes function = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &f, 12000, cudaEnableDefault,
+                                             &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            return PointerAttributes{nullptr};
+        }
+        return reinterpret_cast<PointerAttributes>(f);
+    }();
+    return function;
+}
+
+// True where the driver says `address` is device memory of `device` (its allocation's range in
+// *begin, *end); false where it says anything else or cannot say, and the runtime's query then
+// decides and words the error. Only an acceptance is taken from here, so the messages stay
+// those of require_device_pointer.
+bool driver_device_memory(uintptr_t address, int device, uintptr_t* begin, uintptr_t* end) {
+    const PointerAttributes query = pointer_attributes_function();
+    if (query == nullptr) return false;
+    unsigned type = 0;
+    int ordinal = -1;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void* data[] = {&type, &ordinal, &start, &size};
+    if (query(4, attributes, data, static_cast<CUdeviceptr>(address)) != CUDA_SUCCESS) return false;
+    if (type != CU_MEMORYTYPE_DEVICE || ordinal != device || size == 0) return false;
+    if (address < start || address - start >= size) return false;
+    *begin = static_cast<uintptr_t>(start);
+    *end = static_cast<uintptr_t>(start + size);
+    return true;
 }
 
 KernelShape kernel_shape(const Options& o) {
@@ -166,6 +210,11 @@ void DevicePointerCheck::require(const void* p, const char* kind, const char* na
     const uintptr_t address = reinterpret_cast<uintptr_t>(p);
     for (int i = 0; i < count_; ++i) {
         if (address >= ranges_[i].begin && address < ranges_[i].end) return;
+    }
+    uintptr_t begin = 0, end = 0;
+    if (driver_device_memory(address, device_, &begin, &end)) {
+        if (count_ < 8) ranges_[count_++] = Range{begin, end};
+        return;
     }
     require_device_pointer(p, device_, kind, name);
     const AddressRange range = address_range_function();
