@@ -204,6 +204,19 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         a = by_field[f]
         if a is None and f in EMPTY_DTYPES:
             shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
-            a = jnp.empty(shape, _DTYPES[EMPTY_DTYPES[f]], device=device)
+            a = _empty(shape, EMPTY_DTYPES[f], device)
         fields.append(a)
     return Phase1(*fields)
+
+
+_EMPTIES: dict = {}
+
+
+def _empty(shape: tuple, dtype: int, device):
+    # JAX arrays are immutable and these hold no data, so one per (shape, dtype, device) serves
+    # every call (each jnp.empty is a dispatch of its own).
+    key = (shape, dtype, device)
+    a = _EMPTIES.get(key)
+    if a is None:
+        a = _EMPTIES[key] = jnp.empty(shape, _DTYPES[dtype], device=device)
+    return a
