@@ -36,43 +36,37 @@ const char* memory_kind(cudaMemoryType t) {
     }
 }
 
-// cuMemGetAddressRange of the driver, through the runtime (no link to libcuda): the base and
-// size of the allocation holding a device pointer. Looked up once; null where unavailable.
+// A function of the driver, through the runtime (no link to libcuda); null where the driver
+// lacks it.
+void* driver_function(const char* name) {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    return f;
+}
+
+// cuMemGetAddressRange: the base and size of the allocation holding a device pointer. Looked
+// up once; null where unavailable.
 using AddressRange = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
 
 AddressRange address_range_function() {
-    static const AddressRange function = [] {
-        void* f = nullptr;
-        cudaDriverEntryPointQueryResult found{};
-        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
-                                             &found) != cudaSuccess ||
-            found != cudaDriverEntryPointSuccess) {
-            cudaGetLastError();
-            return AddressRange{nullptr};
-        }
-        return reinterpret_cast<AddressRange>(f);
-    }();
+    static const AddressRange function = reinterpret_cast<AddressRange>(driver_function("cuMemGetAddressRange"));
     return function;
 }
 
-// cuPointerGetAttributes of the driver, through the runtime (no link to libcuda): a pointer's
-// memory type, device and allocation range in one driver query, where cudaPointerGetAttributes
-// and cuMemGetAddressRange take two. Looked up once; null where unavailable.
+// cuPointerGetAttributes: a pointer's memory type, device and allocation range in one driver
+// query, where cudaPointerGetAttributes and cuMemGetAddressRange take two. Looked up once;
+// null where unavailable.
 using PointerAttributes = CUresult (*)(unsigned count, CUpointer_attribute* attributes, void** data,
                                        CUdeviceptr ptr);
 
 PointerAttributes pointer_attributes_function() {
-    static const PointerAttributes function = [] {
-        void* f = nullptr;
-        cudaDriverEntryPointQueryResult found{};
-        if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &f, 12000, cudaEnableDefault,
-                                             &found) != cudaSuccess ||
-            found != cudaDriverEntryPointSuccess) {
-            cudaGetLastError();
-            return PointerAttributes{nullptr};
-        }
-        return reinterpret_cast<PointerAttributes>(f);
-    }();
+    static const PointerAttributes function =
+        reinterpret_cast<PointerAttributes>(driver_function("cuPointerGetAttributes"));
     return function;
 }
 
