@@ -593,6 +593,19 @@ void test_bad_arguments(Tally& t, const Options& o, cudaStream_t stream) {
         bufs[SDM_P1_FIELD_QK] = host_out.data();
         return expect_refused(sdm_p1_execute(caller.get(), &good, bufs, SDM_P1_FIELD_COUNT, stream), "qk");
     });
+    // Pointers are checked at every execute, none remembered from the last one: memory freed
+    // since may hold something else at the same address.
+    t.run("device memory freed since the last execute is refused", [&] {
+        sdm_p1_inputs in = good;
+        {
+            const DeviceInputs gone(e);
+            in = gone.view(true);
+            const sdm_p1_status st = plan.enqueue(in, stream);
+            if (st != SDM_P1_SUCCESS) return std::string("the first execute failed: ") + sdm_p1_last_error();
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+        }
+        return expect_refused(plan.enqueue(in, stream), "k_idx");
+    });
     t.run("the plan still works after refusals", [&] { return execute_and_compare(plan, good, stream, cpu); });
     t.run("a device ordinal past the last device", [&] {
         int count = 0;

@@ -1,5 +1,6 @@
 #include "cuda_backend.h"
 
+#include <cuda.h>   // the driver's types and constants only: its functions come through the runtime
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -35,23 +36,60 @@ const char* memory_kind(cudaMemoryType t) {
     }
 }
 
-// cuMemGetAddressRange of the driver, through the runtime (no link to libcuda): the base and
-// size of the allocation holding a device pointer. Looked up once; null where unavailable.
+// A function of the driver, through the runtime (no link to libcuda); null where the driver
+// lacks it.
+void* driver_function(const char* name) {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    return f;
+}
+
+// cuMemGetAddressRange: the base and size of the allocation holding a device pointer. Looked
+// up once; null where unavailable.
 using AddressRange = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
 
 AddressRange address_range_function() {
-    static const AddressRange function = [] {
-        void* f = nullptr;
-        cudaDriverEntryPointQueryResult found{};
-        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
-                                             &found) != cudaSuccess ||
-            found != cudaDriverEntryPointSuccess) {
-            cudaGetLastError();
-            return AddressRange{nullptr};
-        }
-        return reinterpret_cast<AddressRange>(f);
-    }();
+    static const AddressRange function = reinterpret_cast<AddressRange>(driver_function("cuMemGetAddressRange"));
     return function;
+}
+
+// cuPointerGetAttributes: a pointer's memory type, device and allocation range in one driver
+// query, where cudaPointerGetAttributes and cuMemGetAddressRange take two. Looked up once;
+// null where unavailable.
+using PointerAttributes = CUresult (*)(unsigned count, CUpointer_attribute* attributes, void** data,
+                                       CUdeviceptr ptr);
+
+PointerAttributes pointer_attributes_function() {
+    static const PointerAttributes function =
+        reinterpret_cast<PointerAttributes>(driver_function("cuPointerGetAttributes"));
+    return function;
+}
+
+// True where the driver says `address` is device memory of `device` (its allocation's range in
+// *begin, *end); false where it says anything else or cannot say, and the runtime's query then
+// decides and words the error. Only an acceptance is taken from here, so the messages stay
+// those of require_device_pointer.
+bool driver_device_memory(uintptr_t address, int device, uintptr_t* begin, uintptr_t* end) {
+    const PointerAttributes query = pointer_attributes_function();
+    if (query == nullptr) return false;
+    unsigned type = 0;
+    int ordinal = -1;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void* data[] = {&type, &ordinal, &start, &size};
+    if (query(4, attributes, data, static_cast<CUdeviceptr>(address)) != CUDA_SUCCESS) return false;
+    if (type != CU_MEMORYTYPE_DEVICE || ordinal != device || size == 0) return false;
+    if (address < start || address - start >= size) return false;
+    *begin = static_cast<uintptr_t>(start);
+    *end = static_cast<uintptr_t>(start + size);
+    return true;
 }
 
 KernelShape kernel_shape(const Options& o) {
@@ -166,6 +204,11 @@ void DevicePointerCheck::require(const void* p, const char* kind, const char* na
     const uintptr_t address = reinterpret_cast<uintptr_t>(p);
     for (int i = 0; i < count_; ++i) {
         if (address >= ranges_[i].begin && address < ranges_[i].end) return;
+    }
+    uintptr_t begin = 0, end = 0;
+    if (driver_device_memory(address, device_, &begin, &end)) {
+        if (count_ < 8) ranges_[count_++] = Range{begin, end};
+        return;
     }
     require_device_pointer(p, device_, kind, name);
     const AddressRange range = address_range_function();

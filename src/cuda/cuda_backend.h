@@ -60,10 +60,14 @@ sdm_p1_allocator default_allocator();
 void require_device_pointer(const void* p, int device, const char* kind, const char* name);
 
 // The same check for the pointers of one execute, asking CUDA once per allocation: a pointer
-// inside an allocation that an earlier pointer was found in (its address range, from the
-// driver's cuMemGetAddressRange) is device memory of the same device without another query,
-// so outputs carved from one block cost one check. Where the driver cannot give the range,
-// every pointer is queried. The plan's device should be current.
+// inside an allocation that an earlier pointer was found in (its address range) is device
+// memory of the same device without another query, so outputs carved from one block cost one
+// check. The query is one cuPointerGetAttributes of the driver (type, device and range
+// together); a pointer it does not find to be device memory of the plan's device goes to
+// require_device_pointer, which refuses it with its message (or accepts it, with the range from
+// cuMemGetAddressRange). Nothing is kept between executes: memory freed since the last one may
+// hold another device's or the host's memory at the same address now. The plan's device should
+// be current.
 class DevicePointerCheck {
 public:
     explicit DevicePointerCheck(int device) : device_(device) {}

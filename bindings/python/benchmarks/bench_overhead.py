@@ -2,7 +2,7 @@
 shape of docs/design.md (N=128, C=128, W=R=64, num_keys=262144, bfloat16 values, per-token gates,
 2 streams, the default det_fields), in one table:
 
-    python3 bindings/python/benchmarks/bench_overhead.py [--json FILE]
+    python3 bindings/python/benchmarks/bench_overhead.py [--out FILE] [--json FILE]
 
 Rows: sdm_p1_execute through cffi on the cached plan (outputs preallocated: the C call and its
 cffi marshalling alone), sdm_phase1.phase1_forward on PyTorch CUDA tensors, the PyTorch
@@ -10,11 +10,18 @@ operator (sdm_phase1.torch_ops.phase1_forward), phase1_forward on CuPy arrays an
 arrays (the same data; a row says why it is missing where that framework is not installed).
 Host times are the median over batches of back-to-back calls, each batch short enough that
 the GPU's launch queue never makes the host wait, the device synchronized between batches;
-the GPU time is that of replays of one captured call (CUDA graph).
+the GPU time is that of replays of one captured call (CUDA graph). Rows marked "part" time
+one step of the PyTorch paths alone (the plan key and cache lookup, the output block's
+allocation, carving the outputs from it, the operator's allocation per output), to show where
+a call's host time goes.
 
 Without a GPU (or with --device cpu) it times the same paths on the CPU backend for a tiny
 shape (N=2, C=16, W=R=4: NumPy arrays, PyTorch CPU tensors, the operator), where the first row
-is the library's own execute and the others add the Python layers' host time to it.
+is the library's own execute and the others add the Python layers' host time to it; the CuPy
+and JAX rows then say that they need a GPU.
+
+--out FILE writes the printed table to FILE, --json FILE the same as JSON. A GPU run takes well
+under two minutes.
 
 The library is the one sdm_phase1 loads (SDMP1_LIBRARY overrides, see the package README).
 """
@@ -36,6 +43,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import numpy as np  # noqa: E402
 import sdm_phase1 as p1  # noqa: E402
 from sdm_phase1 import _gpu  # noqa: E402
+from sdm_phase1._options import key_options  # noqa: E402
 
 S6 = dict(N=128, C=128, W=64, R=64, num_keys=262144, num_parallel=2)
 TINY = dict(N=2, C=16, W=4, R=4, num_keys=1024, num_parallel=1)
@@ -65,17 +73,23 @@ def options(shape):
                 num_keys=shape["num_keys"], valid_last=shape["C"])
 
 
+#: The clock of host_us: wall time (the default), or with --clock thread the calling thread's
+#: CPU time, steadier on a machine shared with other work (it leaves out the time the thread
+#: waits, and the CPU backend's worker threads).
+CLOCK = time.perf_counter
+
+
 def host_us(fn, sync, batches, batch):
-    """Median wall time per call (microseconds) of `batch` back-to-back calls."""
+    """Median time per call (microseconds, CLOCK) of `batch` back-to-back calls."""
     fn()
     sync()
     per = []
     for _ in range(batches):
         sync()
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for _ in range(batch):
             fn()
-        per.append((time.perf_counter() - t0) / batch * 1e6)
+        per.append((CLOCK() - t0) / batch * 1e6)
     sync()
     return statistics.median(per)
 
@@ -95,6 +109,44 @@ def raw_execute(plan, pointers, block):
     def call():
         plan.execute_block(*pointers, block)
     return call
+
+
+def torch_parts(tensors, opts, sync, args):
+    """Rows timing the steps of a cached PyTorch call alone: the plan key and cache lookup,
+    the output block, carving the outputs from it, and the operator's torch.empty per output."""
+    import torch
+    from sdm_phase1 import _torch_impl
+
+    k_idx, q_idx, k_val, q_val, g = tensors
+    device = k_idx.get_device()
+    stream = _torch_impl._current_stream(device) if device >= 0 else 0
+    o = key_options(opts["num_parallel"], opts["stream_offset"], opts["num_keys"],
+                    opts["valid_last"], True, 0, None, False, False)[:7]
+    plan = _gpu.cached_plan(_torch_impl.call_key(k_idx, q_idx, k_val, q_val, g, None, None, device,
+                                                 stream, *o))
+    assert plan is not None, "the torch call's plan is not cached under the key rebuilt here"
+    data = plan.extra
+    block = torch.empty(data.block_bytes, dtype=torch.uint8, device=data.device)
+    n = len(data.specs)
+
+    def lookup():
+        _gpu.cached_plan(_torch_impl.call_key(k_idx, q_idx, k_val, q_val, g, None, None, device,
+                                              stream, *o))
+
+    def empty():
+        torch.empty(data.block_bytes, dtype=torch.uint8, device=data.device)
+
+    def empties():
+        [torch.empty(shape, dtype=dtype, device=data.device) for shape, dtype in data.specs]
+
+    return [
+        ("  part: the plan key and cache lookup", "part", host_us(lookup, sync, args.batches, args.batch)),
+        ("  part: torch.empty of the output block", "part", host_us(empty, sync, args.batches, args.batch)),
+        (f"  part: carving the {n} outputs from it (views)", "part",
+         host_us(lambda: data.carve(block), sync, args.batches, args.batch)),
+        (f"  part: {n} torch.empty (the operator's outputs)", "part",
+         host_us(empties, sync, args.batches, args.batch)),
+    ]
 
 
 # ---- GPU ------------------------------------------------------------------------------------
@@ -133,6 +185,7 @@ def gpu_rows(args):
         ("torch_ops.phase1_forward (the custom op)", "op", host_us(call_op, sync, args.batches, args.batch)),
     ]
     assert p1.plan_cache_info()["created"] == created, "a timed call created a plan"
+    rows += torch_parts([k_idx, q_idx, k_val, q_val, g], opts, sync, args)
     rows.append(cupy_row(args, [k_idx, q_idx, k_val, q_val, g], opts))
     rows.append(jax_row(args, arrays, opts))
     p1.synchronize()
@@ -244,8 +297,13 @@ def cpu_rows(args):
         rows.append(("torch_ops.phase1_forward (the custom op), CPU tensors", "op",
                      host_us(lambda: torch_ops.phase1_forward(*tensors, **opts), none,
                              args.batches, args.batch)))
+        rows += torch_parts(tensors, opts, none, args)
     else:
         rows.append(("sdm_phase1.phase1_forward, PyTorch CPU tensors", "torch", "torch is not installed"))
+        rows.append(("torch_ops.phase1_forward (the custom op), CPU tensors", "op",
+                     "torch is not installed"))
+    rows.append(("sdm_phase1.phase1_forward, CuPy arrays", "cupy", "needs a GPU"))
+    rows.append(("sdm_phase1.phase1_forward, JAX arrays", "jax", "needs a GPU"))
     title = (f"CPU backend (no GPU timing): N={s['N']} C={s['C']} W={s['W']} R={s['R']} "
              f"num_keys={s['num_keys']} bf16, per-token gates, det_fields {p1.DET_SHIPPED}; "
              f"the first row is the library's execute, the others add the Python layers")
@@ -270,14 +328,37 @@ def gpu_reason():
     return None
 
 
+def table(title, rows, gpu):
+    """The printed table, as lines."""
+    lines = [f"libsdmp1 {p1.__version__} ({p1.library_path}); {title}"]
+    width = max(len(r[0]) for r in rows)
+    lines.append(f"{'path':<{width}}  host us/call  target   GPU us/call")
+    base = rows[0][2]
+    for what, tag, us in rows:
+        target = f"{TARGETS[tag]:6.0f}" if gpu is not None and tag in TARGETS else "     -"
+        if isinstance(us, str):
+            lines.append(f"{what:<{width}}  {'-':>12}  {target}   ({us})")
+            continue
+        extra = (f"   (+{us - base:.1f} over the first row)"
+                 if gpu is None and tag not in ("cffi", "part") else "")
+        gpu_col = f"{gpu:11.1f}" if gpu is not None and tag != "part" else "          -"
+        lines.append(f"{what:<{width}}  {us:12.1f}  {target}   {gpu_col}{extra}")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--batch", type=int, default=20)
     ap.add_argument("--replays", type=int, default=200)
-    ap.add_argument("--json", help="also write the table to this file")
+    ap.add_argument("--out", help="also write the printed table to this file")
+    ap.add_argument("--json", help="also write the table to this file as JSON")
+    ap.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                    help="wall time, or the calling thread's CPU time (steadier on a shared machine)")
     args = ap.parse_args(argv)
+    global CLOCK
+    CLOCK = time.perf_counter if args.clock == "wall" else time.thread_time
     reason = gpu_reason() if args.device != "cpu" else "--device cpu"
     if reason and args.device == "cuda":
         print(f"bench_overhead: no GPU run: {reason}")
@@ -288,18 +369,13 @@ def main(argv=None) -> int:
     else:
         title, rows, gpu = gpu_rows(args)
 
-    print(f"libsdmp1 {p1.__version__} ({p1.library_path}); {title}")
-    width = max(len(r[0]) for r in rows)
-    print(f"{'path':<{width}}  host us/call  target   GPU us/call")
-    base = rows[0][2]
-    for what, tag, us in rows:
-        target = f"{TARGETS[tag]:6.0f}" if gpu is not None and tag in TARGETS else "     -"
-        if isinstance(us, str):
-            print(f"{what:<{width}}  {'-':>12}  {target}   ({us})")
-            continue
-        extra = f"   (+{us - base:.1f} over the first row)" if gpu is None and tag != "cffi" else ""
-        gpu_col = f"{gpu:11.1f}" if gpu is not None else "          -"
-        print(f"{what:<{width}}  {us:12.1f}  {target}   {gpu_col}{extra}")
+    if args.clock == "thread":
+        title += "; clock: the calling thread's CPU time"
+    lines = table(title, rows, gpu)
+    print("\n".join(lines))
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"title": title, "gpu_us": gpu, "version": p1.__version__,

@@ -10,6 +10,7 @@ Imported only when a CuPy array is passed (this module imports cupy).
 from __future__ import annotations
 
 import cupy
+import numpy
 
 from . import _gpu
 from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
@@ -79,7 +80,8 @@ def _make_plan(key, device, arrays, repeats, num_parallel, stream_offset, num_ke
                gate_width, o.need_read_groups, o.det_fields, o.rec_tile)
     plan = _gpu.get_plan_for(key, options, lambda: _CupyWorkspace(device))
     if plan.extra is None:
-        plan.extra = [(shape, _DTYPES[dt], offset) for _, shape, dt, offset in plan.layout]
+        # dtype objects made once: cupy.ndarray would parse a dtype name at every call.
+        plan.extra = [(shape, numpy.dtype(_DTYPES[dt]), offset) for _, shape, dt, offset in plan.layout]
     return plan
 
 

@@ -141,10 +141,11 @@ def phase1_forward(
     """
     framework = framework_of(k_idx)
     if framework is not None:
-        on_gpu = framework != "torch" or k_idx.device.type == "cuda"
-        if backend is not None and backend_code(backend) != backend_code("cuda" if on_gpu else "cpu"):
-            where = "a GPU tensor (backend 'cuda')" if on_gpu else "a CPU tensor (backend 'cpu')"
-            raise ValueError(f"backend={backend!r}, but k_idx is {where}")
+        if backend is not None:  # (k_idx.device is an object made per call: only when needed)
+            on_gpu = framework != "torch" or k_idx.device.type == "cuda"
+            if backend_code(backend) != backend_code("cuda" if on_gpu else "cpu"):
+                where = "a GPU tensor (backend 'cuda')" if on_gpu else "a CPU tensor (backend 'cpu')"
+                raise ValueError(f"backend={backend!r}, but k_idx is {where}")
         return _framework_forward(framework, k_idx)(
             k_idx, q_idx, k_val, q_val, g, repeats, num_parallel=num_parallel,
             stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,

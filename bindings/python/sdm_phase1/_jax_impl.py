@@ -49,12 +49,16 @@ def _stream_of(device) -> int:
 
 
 class _Offer:
-    """A DLPack capsule of memory written on stream S, offered back to JAX (from_dlpack)."""
+    """A DLPack capsule of memory written on stream S, offered back to JAX (from_dlpack).
+    ``ordered``: the consumer streams already made to wait for S since the call's launch, shared
+    by the offers of one call (its work was all queued before the first offer, so one wait per
+    consumer stream orders every output)."""
 
-    def __init__(self, capsule, device_id: int, stream: int):
+    def __init__(self, capsule, device_id: int, stream: int, ordered: set):
         self.capsule = capsule
         self.device_id = device_id
         self.stream = stream
+        self.ordered = ordered
 
     def __dlpack_device__(self):
         return (KDL_CUDA, self.device_id)
@@ -62,8 +66,9 @@ class _Offer:
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
         # JAX hands out its streams for external events from a pool, so the consumer's may
         # differ from the one the kernels ran on: it then waits for ours, on the device.
-        if stream is not None and stream != self.stream:
+        if stream is not None and stream != self.stream and stream not in self.ordered:
             _order_after(stream, self.stream)
+            self.ordered.add(stream)
         capsule, self.capsule = self.capsule, None
         return capsule
 
@@ -186,8 +191,9 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
     plan.execute(info["k_idx"].ptr, info["q_idx"].ptr, info["k_val"].ptr, info["q_val"].ptr,
                  info["g"].ptr, beta_ptr, [p for _, p in outs], *lengths)
     by_field = [None] * (REPEATS + 1)
+    ordered: set = set()
     for (f, _, _), (capsule, _) in zip(plan.fields, outs):
-        by_field[f] = jax.dlpack.from_dlpack(_Offer(capsule, device_id, stream))
+        by_field[f] = jax.dlpack.from_dlpack(_Offer(capsule, device_id, stream, ordered))
     plan.workspace.last = by_field[REPEATS]
     # JAX frees an input's memory as soon as its array and capsule are gone, without waiting
     # for work on S: keep the input capsules until the first output is released.
@@ -204,6 +210,19 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         a = by_field[f]
         if a is None and f in EMPTY_DTYPES:
             shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
-            a = jnp.empty(shape, _DTYPES[EMPTY_DTYPES[f]], device=device)
+            a = _empty(shape, EMPTY_DTYPES[f], device)
         fields.append(a)
     return Phase1(*fields)
+
+
+_EMPTIES: dict = {}
+
+
+def _empty(shape: tuple, dtype: int, device):
+    # JAX arrays are immutable and these hold no data, so one per (shape, dtype, device) serves
+    # every call (each jnp.empty is a dispatch of its own).
+    key = (shape, dtype, device)
+    a = _EMPTIES.get(key)
+    if a is None:
+        a = _EMPTIES[key] = jnp.empty(shape, _DTYPES[dtype], device=device)
+    return a

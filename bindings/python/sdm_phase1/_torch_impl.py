@@ -27,7 +27,7 @@ from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
 
 __all__ = ["run", "forward", "FORWARD_ONLY", "refuse_grad", "check_repeats", "TORCH_DTYPES",
-           "phase1_from_outputs"]
+           "phase1_from_outputs", "call_key"]
 
 #: sdm_p1_dtype code -> torch dtype.
 TORCH_DTYPES = {1: torch.int8, 2: torch.int32, 3: torch.int64, 4: torch.float32, 5: torch.bfloat16}
@@ -229,6 +229,21 @@ def _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, 
     return plan
 
 
+def call_key(k_idx, q_idx, k_val, q_val, g, beta, repeats, device: int, stream: int, num_parallel,
+             stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields) -> tuple:
+    """The plan key of a call: one tuple of everything its plan and its checks depend on
+    (device and stream, each input's shape, dtype and device, the kind of repeats, the options
+    as key_options gives them), so that a cached plan stands for checks already made."""
+    rep = None if repeats is None else (
+        (repeats.dtype, repeats.shape, repeats.get_device()) if isinstance(repeats, torch.Tensor)
+        else type(repeats))
+    return ("torch", device, stream, k_idx.shape, q_idx.shape, k_val.shape, q_val.shape, g.shape,
+            None if beta is None else beta.shape, k_idx.dtype, q_idx.dtype, k_val.dtype, q_val.dtype,
+            g.dtype, None if beta is None else beta.dtype, q_idx.get_device(), k_val.get_device(),
+            q_val.get_device(), g.get_device(), None if beta is None else beta.get_device(), rep,
+            num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
+
+
 def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
             valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths=None,
             separate=False):
@@ -249,13 +264,8 @@ def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_o
     if check and capturing:
         raise ValueError("check=True waits for the stream, which a CUDA graph capture forbids; "
                          "call sdm_phase1.synchronize() after a replay instead")
-    rep = None if repeats is None else (
-        (repeats.dtype, repeats.shape, repeats.get_device()) if isinstance(repeats, T) else type(repeats))
-    key = ("torch", device, stream, k_idx.shape, q_idx.shape, k_val.shape, q_val.shape, g.shape,
-           None if beta is None else beta.shape, k_idx.dtype, q_idx.dtype, k_val.dtype, q_val.dtype,
-           g.dtype, None if beta is None else beta.dtype, q_idx.get_device(), k_val.get_device(),
-           q_val.get_device(), g.get_device(), None if beta is None else beta.get_device(), rep,
-           num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
+    key = call_key(k_idx, q_idx, k_val, q_val, g, beta, repeats, device, stream, num_parallel,
+                   stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
     plan = _gpu.cached_plan(key, capturing)
     if plan is None:
         plan = _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel,

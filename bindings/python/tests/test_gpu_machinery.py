@@ -178,3 +178,28 @@ def test_execute_into_one_carved_block(fresh_cache):
         nbytes = int(np.prod(shape)) * DTYPES[dt].itemsize
         got = block[start + offset:start + offset + nbytes].tobytes()
         assert got == want[f].tobytes(), Phase1._fields[f] if f < 28 else "repeats"
+
+
+def test_reused_structs_keep_no_pointer_of_an_earlier_call(fresh_cache):
+    """A cached plan's cffi structs are updated in place: each execute writes every pointer, so
+    a beta or an output buffer of the call before is never used again (a plan that needs beta
+    refuses a call without it, and each call writes its own block only)."""
+    case = make_case(8, N=2, C=16, W=4, R=3, P=1, num_keys=32, valid_last=16)
+    inputs, opts = split(case)
+    key = options_of(inputs, opts, det_fields=p1.DET_SHIPPED | p1.DET_KSPA)
+    plan = _gpu.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
+    ptrs = [inputs[n].ctypes.data for n in ("k_idx", "q_idx", "k_val", "q_val", "g")]
+    first = np.zeros(plan.block_bytes + 256, np.uint8)
+    base = (first.ctypes.data + 255) // 256 * 256
+    plan.execute_block(*ptrs, inputs["beta"].ctypes.data, base)
+    written = first.copy()
+    with pytest.raises(p1.Phase1Error, match="beta"):
+        plan.execute_block(*ptrs, 0, base)
+    second = np.zeros(plan.block_bytes + 256, np.uint8)
+    base2 = (second.ctypes.data + 255) // 256 * 256
+    first[:] = 0
+    plan.execute_block(*ptrs, inputs["beta"].ctypes.data, base2)
+    assert not first.any()  # nothing written into the first call's block
+    start, start2 = base - first.ctypes.data, base2 - second.ctypes.data
+    n = plan.block_bytes
+    assert np.array_equal(written[start:start + n], second[start2:start2 + n])

@@ -177,3 +177,23 @@ def test_installed_copy_is_self_contained():
     assert metadata.version("sdm_phase1") == p1.binding_version == p1.__version__
     extras = set(metadata.metadata("sdm_phase1").get_all("Provides-Extra") or [])
     assert {"torch", "cupy", "jax", "ml-dtypes"} <= {e.replace("_", "-") for e in extras}
+
+
+def test_overhead_benchmark_writes_one_table_of_every_path(tmp_path):
+    """bench_overhead.py on the CPU backend (a few calls a row): its table, printed and written
+    to the file named by --out, has a row for every path (cffi, NumPy, PyTorch, the operator,
+    CuPy, JAX), timed or saying why not."""
+    bench = PYTHON_DIR / "benchmarks" / "bench_overhead.py"
+    out = tmp_path / "table.txt"
+    r = subprocess.run([sys.executable, str(bench), "--device", "cpu", "--batches", "2", "--batch", "2",
+                        "--out", str(out)], env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith(f"libsdmp1 {p1.__version__}") and lines[1].startswith("path")
+    assert "\n".join(lines) in r.stdout
+    for path in ("sdm_p1_execute through cffi", "NumPy arrays", "PyTorch CPU tensors", "custom op",
+                 "CuPy arrays", "JAX arrays"):
+        row = [line for line in lines if path in line]
+        assert len(row) == 1, (path, lines)
+        why = r"\((needs a GPU|torch is not installed)\)"
+        assert re.search(r"\d+\.\d", row[0]) or re.search(why, row[0]), row

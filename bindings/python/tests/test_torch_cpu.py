@@ -147,3 +147,44 @@ def test_operator_opcheck_on_cpu():
     args = tuple(t[n] for n in NAMES) + (t["beta"], opts["num_parallel"], opts["stream_offset"],
                                          opts["num_keys"], opts["valid_last"], True, 0, 3071, False)
     torch.library.opcheck(torch.ops.sdm_phase1.phase1_forward.default, args)
+
+
+def test_a_changed_key_makes_a_new_plan():
+    """The plan key is one tuple of everything a plan and its checks depend on: the same call
+    again creates nothing, and a call that differs in any one of them gets a plan of its own
+    (and the NumPy path's bits)."""
+    from sdm_phase1._options import key_options
+    from sdm_phase1._torch_impl import call_key
+
+    inputs, opts = _case(9)
+    t = torch_inputs(inputs, "cpu")
+
+    def key_of(tensors, **kw):
+        o = dict(opts, **kw)
+        options = key_options(o["num_parallel"], o["stream_offset"], o["num_keys"], o["valid_last"],
+                              True, 0, None, False, True)[:7]
+        return call_key(*(tensors[n] for n in NAMES), tensors["beta"], None, -1, 0, *options)
+
+    p1.clear_plan_cache()  # plans of earlier tests may have any of the keys below
+    _call(t, opts)
+    before = p1.plan_cache_info()
+    _call(t, opts)
+    assert p1.plan_cache_info()["created"] == before["created"]
+    assert key_of(t) in p1._gpu._cache.plans
+    for change in (dict(valid_last=7), dict(need_read_groups=False), dict(det_fields=3071),
+                   dict(rec_tile=4)):
+        given = {k: v for k, v in change.items() if k in opts}
+        extra = {k: v for k, v in change.items() if k not in opts}
+        created = p1.plan_cache_info()["created"]
+        got = _call(t, dict(opts, **given), **extra)
+        assert p1.plan_cache_info()["created"] == created + 1, change
+        assert_same(cpu_result(inputs, dict(opts, **given), **extra), got)
+    # Inputs of another dtype or shape: another key, another plan.
+    wider = {n: (v.to(torch.int64) if n in ("k_idx", "q_idx") else v) for n, v in t.items()}
+    fewer = {n: v[:2] for n, v in t.items()}
+    for other in (wider, fewer):
+        assert key_of(other) != key_of(t)
+        created = p1.plan_cache_info()["created"]
+        _call(other, opts)
+        assert p1.plan_cache_info()["created"] == created + 1
+        assert key_of(other) in p1._gpu._cache.plans
