@@ -18,53 +18,101 @@ constexpr int kLoadBatch = 4;
 __device__ __forceinline__ float value_of(uint16_t bf16) { return bf16_to_f32(bf16); }
 __device__ __forceinline__ float value_of(float f) { return f; }
 
-// The chunk's ids (as Id: int32_t or int64_t) become sort keys and its values (as Value:
-// uint16_t bfloat16 bits or float) are kept by entry. The element types are template
-// parameters so that the kLoadBatch loads of a thread are issued back to back and converted
-// after the last one: with the types chosen at run time the compiler converted each load
-// right after issuing it, waiting out every load's latency in turn.
-template <typename Id, typename Value, class Arrays>
-__device__ __forceinline__ void load_entries(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                             ChunkShared& sh) {
+// V consecutive elements of type T, loaded by one instruction (16 bytes or less).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+    T v[V];
+};
+
+// Whether p is aligned for Vec<T, V> loads.
+template <typename T, int V>
+__device__ __forceinline__ bool vec_aligned(const void* p) {
+    return (reinterpret_cast<uintptr_t>(p) & (sizeof(T) * V - 1)) == 0u;
+}
+
+// The chunk's entries of one kind (lanes = W for the writes, whose ids are at `ids`, R for the
+// reads; `column0` is the kind's first column in a token, 0 or W) become sort keys, with
+// their ids as Id (int32_t or int64_t), and their values (as Value: uint16_t bfloat16 bits or
+// float) are kept by entry. A thread takes V consecutive lanes of a token (load_entries
+// decides V) and kBatch such vectors, whose loads are issued back to back and used after the
+// last one; the element types are template parameters so that the compiler does not
+// convert each load right after issuing it (waiting out every load's latency in turn).
+template <typename Id, typename Value, int V, class Arrays>
+__device__ __forceinline__ void load_kind(const KernelArgs& a, const Chunk& k, const Arrays& arr, ChunkShared& sh,
+                                          const void* ids, const void* vals, int lanes, const Divider& by_lanes,
+                                          int column0) {
     const KernelShape& s = a.s;
-    const int W = s.W, R = s.R, WR = W + R;
+    const int WR = s.W + s.R;
     const uint32_t code_stride = static_cast<uint32_t>(WR + s.gate_width);
     // The largest slot the keys hold (launch: key_bits): padding sorts after every valid
     // entry, with a larger entry index where a valid entry has this slot.
     const uint64_t padding_slot = (uint64_t{1} << (a.key_bits - a.entry_bits)) - 1u;
-    const int64_t tok0 = k.c * s.C;
-    for (int e0 = threadIdx.x; e0 < k.n; e0 += kLoadBatch * blockDim.x) {
-        Id id[kLoadBatch];
-        Value value[kLoadBatch];
+    const int64_t first = k.c * s.C * lanes;   // the chunk's first entry of the kind
+    const auto* const id_vec = reinterpret_cast<const Vec<Id, V>*>(static_cast<const Id*>(ids) + first);
+    const auto* const val_vec = reinterpret_cast<const Vec<Value, V>*>(static_cast<const Value*>(vals) + first);
+    const int vectors = s.C * lanes / V, valid_vectors = k.t_valid * lanes / V;
+    // kLoadBatch ids in flight a thread (measured: two 16-byte vectors of ids a thread were
+    // 1-2 % slower on S2 and S3 than one)
+    constexpr int kBatch = kLoadBatch / V;
+    for (int x0 = threadIdx.x; x0 < vectors; x0 += kBatch * blockDim.x) {
+        Id id[kBatch][V];
+        Value value[kBatch][V];
 #pragma unroll
-        for (int b = 0; b < kLoadBatch; ++b) {
-            const int e = e0 + b * blockDim.x;
-            const int t = a.div.WR.div(e), j = e - t * WR;
-            id[b] = 0;
-            value[b] = 0;
-            if (e < k.n && t < k.t_valid) {
-                const bool is_q = j >= W;
-                const int64_t i = is_q ? (tok0 + t) * R + (j - W) : (tok0 + t) * W + j;
-                id[b] = static_cast<const Id*>(is_q ? a.q_idx : a.k_idx)[i];
-                value[b] = static_cast<const Value*>(is_q ? a.q_val : a.k_val)[i];
+        for (int b = 0; b < kBatch; ++b) {
+            const int x = x0 + b * blockDim.x;
+            // Padding tokens' ids and values are not read.
+            const Vec<Id, V> iv = x < valid_vectors ? id_vec[x] : Vec<Id, V>{};
+            const Vec<Value, V> vv = x < valid_vectors ? val_vec[x] : Vec<Value, V>{};
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                id[b][v] = iv.v[v];
+                value[b][v] = vv.v[v];
             }
         }
 #pragma unroll
-        for (int b = 0; b < kLoadBatch; ++b) {
-            const int e = e0 + b * blockDim.x;
-            if (e >= k.n) break;
-            const int t = a.div.WR.div(e), j = e - t * WR;
-            const int64_t slot_id = static_cast<int64_t>(id[b]);
-            uint64_t slot = padding_slot;
-            if (t < k.t_valid) {
-                if (slot_id < k.id_base || slot_id - k.id_base >= s.num_keys) {
-                    atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(j));
-                } else {
-                    slot = static_cast<uint64_t>(slot_id - k.id_base);
+        for (int b = 0; b < kBatch; ++b) {
+            const int x = x0 + b * blockDim.x;
+            if (x < vectors) {
+                const int t = by_lanes.div(x * V), j0 = column0 + x * V - t * lanes;   // the first lane's column
+                const int e0 = t * WR + j0;
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                    uint64_t slot = padding_slot;
+                    if (t < k.t_valid) {
+                        const int64_t slot_id = static_cast<int64_t>(id[b][v]);
+                        if (slot_id < k.id_base || slot_id - k.id_base >= s.num_keys) {
+                            atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(j0 + v));
+                        } else {
+                            slot = static_cast<uint64_t>(slot_id - k.id_base);
+                        }
+                    }
+                    arr.keys[e0 + v] = slot << a.entry_bits | static_cast<uint64_t>(e0 + v);
+                    arr.value[e0 + v] = value_of(value[b][v]);
                 }
             }
-            arr.keys[e] = slot << a.entry_bits | static_cast<uint64_t>(e);
-            arr.value[e] = value_of(value[b]);
+        }
+    }
+}
+
+// Both kinds of entries (load_kind), V = 16 / sizeof(Id) lanes a thread (16-byte loads of
+// the ids) where the kind's lanes and arrays allow, else one. The kinds share one copy of
+// each loop (not unrolled).
+template <typename Id, typename Value, class Arrays>
+__device__ __forceinline__ void load_entries(const KernelArgs& a, const Chunk& k, const Arrays& arr,
+                                             ChunkShared& sh) {
+    const KernelShape& s = a.s;
+    constexpr int V = 16 / sizeof(Id);
+#pragma unroll 1
+    for (int kind = 0; kind < 2; ++kind) {
+        const bool q = kind == 1;
+        const void* const ids = q ? a.q_idx : a.k_idx;
+        const void* const vals = q ? a.q_val : a.k_val;
+        const int lanes = q ? s.R : s.W;
+        const Divider& by_lanes = q ? a.div.R : a.div.W;
+        if (lanes % V == 0 && vec_aligned<Id, V>(ids) && vec_aligned<Value, V>(vals)) {
+            load_kind<Id, Value, V>(a, k, arr, sh, ids, vals, lanes, by_lanes, q ? s.W : 0);
+        } else {
+            load_kind<Id, Value, 1>(a, k, arr, sh, ids, vals, lanes, by_lanes, q ? s.W : 0);
         }
     }
 }

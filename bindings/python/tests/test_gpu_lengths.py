@@ -157,5 +157,5 @@ def test_cupy_lengths_match_cpu():
         p1.phase1_forward(*(x[n] for n in NAMES), check=True,
                           stream_lengths=cupy.asarray(np.array([40, 49, 0], np.int32)), **opts)
     assert "stream_lengths[1] = 49" in gpu.value.message
-    with pytest.raises(ValueError, match="stream_lengths is on GPU|cupy.ndarray"):
+    with pytest.raises(TypeError, match="cupy.ndarray"):   # a NumPy array, as for torch's list
         p1.phase1_forward(*(x[n] for n in NAMES), stream_lengths=lengths, **opts)

@@ -7,6 +7,8 @@ synchronize()."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 import sdm_phase1 as p1
@@ -67,8 +69,10 @@ def run(plan, inputs):
 
 
 @pytest.fixture
-def fresh_cache():
-    p1.clear_plan_cache()
+def fresh_cache(monkeypatch):
+    # An empty cache of the test's own: plans pinned by other tests' CUDA graphs (never
+    # destroyed) stay in theirs.
+    monkeypatch.setattr(_gpu._cache, "plans", OrderedDict())
     yield
     p1.clear_plan_cache()
 
