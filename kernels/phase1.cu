@@ -163,9 +163,20 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    // Its blocks return at once where the main kernel listed no chunk.
-    wide_log_kernel(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
-    return cudaGetLastError();
+    // Its blocks return at once where the main kernel listed no chunk. A programmatic
+    // dependent launch (sm_90 on): its grid is launched while the main kernel runs and waits
+    // for it in griddepcontrol.wait (phase1_kernel), hiding the launch's latency.
+    cudaLaunchConfig_t wide{};
+    wide.gridDim = dim3(static_cast<unsigned>(config.grid));
+    wide.blockDim = dim3(static_cast<unsigned>(config.threads));
+    wide.dynamicSmemBytes = config.smem_bytes;
+    wide.stream = st;
+    cudaLaunchAttribute after_main{};
+    after_main.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    after_main.val.programmaticStreamSerializationAllowed = 1;
+    wide.attrs = &after_main;
+    wide.numAttrs = 1;
+    return cudaLaunchKernelEx(&wide, wide_log_kernel(config), a);
 }
 
 }  // namespace cuda

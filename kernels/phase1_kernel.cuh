@@ -85,6 +85,17 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
                             stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
     const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};
     const int n = s.C * (s.W + s.R);
+#if __CUDA_ARCH__ >= 900
+    // The wide-log kernel is launched as a programmatic dependent of the main kernel
+    // (launch): it waits here for the main kernel's end and memory, its list and count.
+    // The main kernel's blocks let it be launched at once: they are all resident already (a
+    // persistent grid), so its early blocks take only room the main kernel leaves.
+    if (WideLog) {
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    } else {
+        asm volatile("griddepcontrol.launch_dependents;");
+    }
+#endif
     const int64_t chunks = WideLog ? static_cast<int64_t>(wide_chunk_count(*a.status)) : s.N;
     for (int64_t i = blockIdx.x; i < chunks; i += gridDim.x) {
         const int64_t c = WideLog ? static_cast<int64_t>(a.wide_chunks[i]) : i;
