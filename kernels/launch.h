@@ -58,6 +58,7 @@ struct LaunchConfig {
     bool narrow_counts;       // the chunk's counts and positions in 16 bits (n < 2^16)
     bool on_chip;             // the core arrays in shared memory (the kernel knows it)
     bool sorted_rows;         // KernelShape::sorted_rows
+    bool dependent_launch;    // the wide-log kernel as a programmatic dependent launch (sm_90 on)
     size_t smem_bytes;        // dynamic shared memory per block
     size_t smem_limit;        // the most dynamic shared memory a block may have (the arrays
                               // that do not fit in it go to global scratch)

@@ -71,6 +71,10 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     LaunchConfig c{};
     c.narrow_counts = narrow_counts(s);
     c.sorted_rows = s.sorted_rows;
+    int major = 0;
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e != cudaSuccess) return e;
+    c.dependent_launch = major >= 9;
     // Sets c.threads and c.smem_limit for `blocks` blocks an SM of `threads`, and per_sm;
     // *fits: the core arrays are on chip and the device holds that many such blocks.
     int per_sm = 0;
@@ -164,8 +168,9 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     // Its blocks return at once where the main kernel listed no chunk. A programmatic
-    // dependent launch (sm_90 on): its grid is launched while the main kernel runs and waits
-    // for it in griddepcontrol.wait (phase1_kernel), hiding the launch's latency.
+    // dependent launch where the device has them (sm_90 on): its grid is launched while the
+    // main kernel runs and waits for it in griddepcontrol.wait (phase1_kernel), hiding the
+    // launch's latency; elsewhere it follows the main kernel as any launch does.
     cudaLaunchConfig_t wide{};
     wide.gridDim = dim3(static_cast<unsigned>(config.grid));
     wide.blockDim = dim3(static_cast<unsigned>(config.threads));
@@ -175,7 +180,7 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     after_main.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     after_main.val.programmaticStreamSerializationAllowed = 1;
     wide.attrs = &after_main;
-    wide.numAttrs = 1;
+    wide.numAttrs = config.dependent_launch ? 1 : 0;
     return cudaLaunchKernelEx(&wide, wide_log_kernel(config), a);
 }
 

@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
 #if __CUDA_ARCH__ >= 900
     // The wide-log kernel is launched as a programmatic dependent of the main kernel
     // (launch): it waits here for the main kernel's end and memory, its list and count.
-    // The main kernel's blocks let it be launched at once: they are all resident already (a
-    // persistent grid), so its early blocks take only room the main kernel leaves.
+    // The main kernel's blocks let it be launched at once; it starts only once every one of
+    // them has done so (or exited), so its waiting blocks never hold room a main block needs.
     if (WideLog) {
         asm volatile("griddepcontrol.wait;" ::: "memory");
     } else {
