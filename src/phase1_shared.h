@@ -131,17 +131,29 @@ SDM_HD Divider make_divider(uint32_t d) {
 // ---------------------------------------------------------------------------------------
 // Correctly rounded IEEE operations (no contraction on either side).
 
+// Every float output that arithmetic produces goes through to_f32, which gives a NaN as the
+// one quiet NaN kCanonicalNaN: x86 and NVIDIA GPUs give the NaNs of the same operations
+// different signs and payloads (values may be NaN or infinite: 0 * inf, inf - inf).
+constexpr uint32_t kCanonicalNaN = 0x7FC00000u;
+
 #if defined(__CUDA_ARCH__)
 SDM_HD double dmul(double a, double b) { return __dmul_rn(a, b); }
 SDM_HD double dadd(double a, double b) { return __dadd_rn(a, b); }
 SDM_HD double dfma(double a, double b, double c) { return __fma_rn(a, b, c); }
-SDM_HD float to_f32(double d) { return __double2float_rn(d); }
+SDM_HD float to_f32(double d) {
+    return d != d ? __int_as_float(static_cast<int>(kCanonicalNaN)) : __double2float_rn(d);
+}
 SDM_HD double dfloor(double d) { return floor(d); }
 #else
 SDM_HD double dmul(double a, double b) { return a * b; }
 SDM_HD double dadd(double a, double b) { return a + b; }
 SDM_HD double dfma(double a, double b, double c) { return std::fma(a, b, c); }
-SDM_HD float to_f32(double d) { return static_cast<float>(d); }
+SDM_HD float to_f32(double d) {
+    if (d == d) return static_cast<float>(d);
+    float nan;
+    memcpy(&nan, &kCanonicalNaN, sizeof nan);
+    return nan;
+}
 SDM_HD double dfloor(double d) { return std::floor(d); }
 #endif
 

@@ -201,7 +201,8 @@ inline CaseList gate_cases(const ListOptions& o) {
 
 inline CaseList value_cases(const ListOptions& o) {
     const std::pair<const char*, Values> kinds[] = {
-        {"normal", Values::Normal}, {"mixed", Values::Mixed}, {"one", Values::One}, {"wide", Values::Wide}};
+        {"normal", Values::Normal}, {"mixed", Values::Mixed}, {"one", Values::One}, {"wide", Values::Wide},
+        {"nonfinite", Values::NonFinite}};
     CaseList c;
     for (const auto& k : kinds) {
         for (bool bf : {false, true}) {
@@ -211,6 +212,11 @@ inline CaseList value_cases(const ListOptions& o) {
             c.push_back(s);
         }
     }
+    // NaN and infinite values on hot slots repeated within tokens (inf * 0 and inf - inf in
+    // the pair sums: the NaNs the fuzzer found the backends giving different bits), both
+    // kernels' forms.
+    c.push_back(spec("nonfinite-repeats-f32-write", 6, 14, 4, 1, 1).key_mode(Keys::Random).gates_per_write().value_kind(Values::NonFinite).fields(SDM_P1_DET_ALL));
+    c.push_back(spec("nonfinite-hot-f32-mixed", 5, 14, 5, 6, 9).streams(5).key_mode(Keys::Random).gate_kind(Gates::MixedChunks).value_kind(Values::NonFinite).fields(SDM_P1_DET_ALL));
     return seeded(thin(c, o, 2), "values", o);
 }
 

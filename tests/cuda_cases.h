@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -73,7 +74,8 @@ enum class Reads { Hit, Zipf, Recent, Slot0 };
 // left to the wide-log kernel), the others Normal ones: both kernels' chunks in one execute.
 enum class Gates { Zero, Tiny, Strong, Normal, Signed, Positive, Extreme, ExtremeSigned, Subnormal,
                    Mixed, Logsigmoid, MixedChunks };
-enum class Values { Normal, Mixed, One, Wide };
+// NonFinite: normal values, with NaN, +-inf, 0 and 1e30 among them (an eighth each).
+enum class Values { Normal, Mixed, One, Wide, NonFinite };
 
 constexpr int64_t kRecordBits = SDM_P1_DET_KREC | SDM_P1_DET_QREC | SDM_P1_DET_QREC8;
 // What the Python binding asks for when beta is given and det_fields is not.
@@ -294,6 +296,7 @@ inline float gate_value(Gates kind, Rng& rng) {
             const double x = rng.uniform(-2.0, 8.0);
             return static_cast<float>(-std::log1p(std::exp(-x)));
         }
+        case Gates::MixedChunks: break;   // a kind per chunk: make_inputs asks for Mixed or Normal
     }
     return 0.0f;
 }
@@ -306,6 +309,15 @@ inline float value(Values kind, Rng& rng) {
         case Values::One: return 1.0f;
         case Values::Wide:   // from float32 subnormals to 2^40
             return static_cast<float>((rng.below(2) ? 1.0 : -1.0) * std::ldexp(rng.uniform(1, 2), static_cast<int>(rng.below(170)) - 130));
+        case Values::NonFinite:
+            switch (rng.below(8)) {
+                case 0: return std::numeric_limits<float>::quiet_NaN();
+                case 1: return std::numeric_limits<float>::infinity();
+                case 2: return -std::numeric_limits<float>::infinity();
+                case 3: return 0.0f;
+                case 4: return 1e30f;
+                default: return static_cast<float>(rng.normal());
+            }
     }
     return 0.0f;
 }

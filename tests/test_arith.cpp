@@ -238,6 +238,20 @@ void test_exp_double() {
     CHECK(to_f32(exp_fix(f)) == static_cast<float>(std::exp(-1.0L)));
 }
 
+// Every NaN an output gets is kCanonicalNaN (x86 gives 0 * inf a negative NaN, a GPU a
+// positive one; a NaN input keeps its payload on x86): the backends' bits agree.
+void test_nan_outputs() {
+    const double inf = INFINITY;
+    volatile double zero = 0.0;   // not folded at compile time: the processor's own NaN
+    CHECK(f32_bits(to_f32(dmul(zero, inf))) == kCanonicalNaN);
+    CHECK(f32_bits(to_f32(dadd(inf, -inf))) == kCanonicalNaN);
+    CHECK(f32_bits(to_f32(-std::nan("0x123"))) == kCanonicalNaN);
+    CHECK(f32_bits(scaled_f32(f32_from_bits(0xFFC01234u), 2.0)) == kCanonicalNaN);
+    CHECK(f32_bits(to_f32(dfma(inf, zero, 1.0))) == kCanonicalNaN);
+    CHECK(to_f32(inf) == INFINITY && to_f32(-inf) == -INFINITY && f32_bits(to_f32(-0.0)) == 0x80000000u);
+    CHECK(bf16_from_f32(to_f32(dmul(zero, inf))) == 0x7FC0);
+}
+
 void test_bf16() {
     CHECK(bf16_from_f32(1.0f) == 0x3F80);
     CHECK(bf16_from_f32(f32_from_bits(0x3F808000u)) == 0x3F80);   // tie: to even
@@ -273,6 +287,7 @@ int main() {
     RUN(test_divider);
     RUN(test_fix_rounding);
     RUN(test_exp_double);
+    RUN(test_nan_outputs);
     RUN(test_bf16);
     RUN(test_packing);
     return test_summary();

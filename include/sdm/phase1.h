@@ -44,7 +44,9 @@
  *     struct_size says, never more.
  *   - Arrays are dense and row-major (C order), shapes as listed per field.
  *   - Bit-exactness: the CPU backend defines the arithmetic; every backend gives the same bits
- *     for the same inputs, shapes and options, independent of thread count or device.
+ *     for the same inputs, shapes and options, independent of thread count or device. Values
+ *     may be NaN or infinite; a float output that is NaN (0 * inf, inf - inf, a NaN value)
+ *     is the quiet NaN 0x7FC00000 (bfloat16: 0x7FC0), whatever its sign or payload would be.
  *
  * Global state: none, except the per-thread last-error message. A CPU plan owns its worker
  * threads (see sdm_p1_execute); no thread outlives the plan that started it.

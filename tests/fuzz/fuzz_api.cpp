@@ -209,7 +209,7 @@ private:
         if (s == SDM_P1_ERROR_INVALID_INPUT) {
             const std::string m = sdm_p1_last_error();
             if (m.find("k_idx[") == std::string::npos && m.find("q_idx[") == std::string::npos &&
-                m.find("g[") == std::string::npos) {
+                m.find("g[") == std::string::npos && m.find("stream_lengths[") == std::string::npos) {
                 broken("INVALID_INPUT without the offending element named");
             }
         }

@@ -161,6 +161,39 @@ void fill_arrays(Case& c, Bytes& b) {
     }
 }
 
+// Per-stream lengths for a runnable case, from the bytes after its steps (a case of older
+// bytes keeps its meaning where they run out there; trailing bytes may give it lengths): each stream's length 0, 1, a multiple of
+// C, the whole stream or any length between, now and then one outside 0..steps * C; the
+// dtype int32 or int64, now and then one the library refuses.
+void fill_lengths(Case& c, Bytes& b) {
+    const sdm_p1_desc& d = c.desc;
+    // A byte of 192 or more gives lengths: bytes past the end (zeros) give none.
+    if (d.num_parallel < 1 || d.N % d.num_parallel != 0 || b.u8() < 192) return;
+    const int64_t streams = d.num_parallel, most = d.N / d.num_parallel * d.C;
+    const uint8_t kind = b.u8();
+    c.lengths_dtype = kind % 16 == 15 ? SDM_P1_DTYPE_FLOAT32 : kind % 2 ? SDM_P1_DTYPE_INT64 : SDM_P1_DTYPE_INT32;
+    const size_t bytes = c.lengths_dtype == SDM_P1_DTYPE_INT64 ? 8 : 4;
+    c.arrays[kLengths].assign(static_cast<size_t>(streams) * bytes, 0);
+    for (int64_t s = 0; s < streams; ++s) {
+        const uint8_t r = b.u8();
+        int64_t len;
+        switch (r % 8) {
+            case 0: len = 0; break;
+            case 1: len = 1; break;
+            case 2: len = most; break;
+            case 3: len = (r / 8) % (most / d.C + 1) * d.C; break;
+            case 4: len = r % 32 == 4 ? -1 : r % 32 == 12 ? most + 1 : r / 8 % (most + 1); break;
+            default: len = b.u8() % (most + 1); break;
+        }
+        if (bytes == 4) {
+            const int32_t v = static_cast<int32_t>(len);
+            std::memcpy(c.arrays[kLengths].data() + s * 4, &v, 4);
+        } else {
+            std::memcpy(c.arrays[kLengths].data() + s * 8, &len, 8);
+        }
+    }
+}
+
 StructForm struct_form(Bytes& b) {
     return b.chance(16) ? static_cast<StructForm>(b.u8() % 4) : StructForm::Plain;
 }
@@ -253,6 +286,7 @@ Case decode_case(const uint8_t* data, size_t size) {
         const Op op = static_cast<Op>(b.u8() % static_cast<uint8_t>(Op::Count));
         c.steps.push_back(Step{op, b.u32()});
     }
+    if (c.runnable) fill_lengths(c, b);
     return c;
 }
 
@@ -289,12 +323,16 @@ sdm_p1_inputs inputs_at(const Case& c, const uint8_t* const* bases) {
     in.q_val = p[qVal];
     in.g = static_cast<const float*>(p[gGate]);
     in.beta = static_cast<const float*>(p[bBeta]);
+    if (!c.arrays[kLengths].empty()) {
+        in.stream_lengths = bases[kLengths];
+        in.stream_lengths_dtype = c.lengths_dtype;
+    }
     return in;
 }
 
 sdm_p1_inputs host_inputs(const Case& c) {
-    const uint8_t* bases[kInputs];
-    for (int i = 0; i < kInputs; ++i) bases[i] = c.arrays[i].data();
+    const uint8_t* bases[kArrays];
+    for (int i = 0; i < kArrays; ++i) bases[i] = c.arrays[i].data();
     return inputs_at(c, bases);
 }
 

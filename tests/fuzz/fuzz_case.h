@@ -61,8 +61,11 @@ enum class AllocatorKind {
     HalfSet,    // alloc without free (refused)
 };
 
-// The input arrays in the order of sdm_p1_inputs.
+// The input arrays in the order of sdm_p1_inputs; then, past them, the per-stream lengths
+// (1.2), which the NULL, misaligned and poke choices leave alone.
 enum Input { kIdx, qIdx, kVal, qVal, gGate, bBeta, kInputs };
+constexpr int kLengths = kInputs;
+constexpr int kArrays = kInputs + 1;
 
 struct Case {
     sdm_p1_desc desc;                 // as the caller filled it (num_threads: see below)
@@ -73,7 +76,9 @@ struct Case {
     bool runnable;                    // small enough to execute; arrays filled
     uint32_t null_inputs;             // bit per Input: passed as NULL
     uint32_t misaligned_inputs;       // bit per Input: passed one byte past its array
-    std::vector<uint8_t> arrays[kInputs];   // raw bytes in the descriptor's dtypes
+    std::vector<uint8_t> arrays[kArrays];   // raw bytes in the descriptor's dtypes; the
+                                            // lengths' in lengths_dtype (empty: none given)
+    int32_t lengths_dtype;            // stream_lengths_dtype, sometimes not a valid one
     std::vector<Step> steps;
     uint64_t seed;                    // for the pokes' values
 };
@@ -86,8 +91,9 @@ Case decode_case(const uint8_t* data, size_t size);
 // stream's range, a NaN, infinite, huge or subnormal gate or value.
 void poke(Case& c, uint32_t arg);
 
-// The case's input pointers into copies of its arrays at `bases` (indexed by Input; host or
-// device memory), NULL and misaligned as it says; host_inputs: into `c.arrays` themselves.
+// The case's input pointers into copies of its arrays at `bases` (kArrays of them, indexed by
+// Input and kLengths; host or device memory), NULL and misaligned as it says; host_inputs:
+// into `c.arrays` themselves.
 sdm_p1_inputs inputs_at(const Case& c, const uint8_t* const* bases);
 sdm_p1_inputs host_inputs(const Case& c);
 

@@ -172,9 +172,9 @@ private:
     }
 
     sdm_p1_status execute(Side& s) {
-        std::vector<DeviceArray> arrays(kInputs);
-        const uint8_t* bases[kInputs];
-        for (int i = 0; i < kInputs; ++i) {
+        std::vector<DeviceArray> arrays(kArrays);
+        const uint8_t* bases[kArrays];
+        for (int i = 0; i < kArrays; ++i) {
             bases[i] = c_.arrays[i].data();
             if (!s.cuda || c_.arrays[i].empty()) continue;
             if (cudaMalloc(&arrays[i].p, c_.arrays[i].size()) != cudaSuccess) return SDM_P1_ERROR_OUT_OF_MEMORY;
