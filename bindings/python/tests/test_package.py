@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import sdm_phase1 as p1
 from sdm_phase1 import _fields
-from sdm_phase1._dlpack import read_capsule
+from sdm_phase1._dlpack import capsule_pointer, read_capsule
 from sdm_phase1._forward import framework_of
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
@@ -107,6 +107,15 @@ def test_read_capsule_numpy():
     info = read_capsule(sliced.__dlpack__())
     assert info.contiguous and info.ptr == sliced.ctypes.data
     assert read_capsule(np.zeros(2, np.uint16).__dlpack__()).dtype == "uint16"
+
+
+def test_capsule_pointer_numpy():
+    if not hasattr(np.ndarray, "__dlpack__"):
+        pytest.skip("NumPy without DLPack export")
+    base = np.zeros((5, 4), np.int32)
+    for a in (base, base[2:], base[1:, 3:]):
+        capsule = a.__dlpack__()
+        assert capsule_pointer(capsule) == a.ctypes.data == read_capsule(capsule).ptr
 
 
 def test_gpu_helpers_without_gpu():
