@@ -7,8 +7,8 @@ function of a plan makes a call's outputs in one dispatch), exported the same wa
 the kernels on S, and handed back to JAX with ``jax.dlpack.from_dlpack``, which makes JAX
 wait on S before any later use (where JAX consumes on another of its streams, that stream
 waits for S through a CUDA event). No copies; the plan's workspace is a JAX-allocated byte
-array. JAX arrays are immutable, so ``repeats``
-must be None. (Where a jaxlib has no such stream, calls fail with a clear error.)
+array. JAX arrays are immutable, so ``repeats`` must be None. (Where a jaxlib has no such
+stream, calls fail with a clear error.)
 
 Imported only when a JAX GPU array is passed (this module imports jax).
 """
