@@ -29,6 +29,8 @@ struct KernelShape {
     bool sorted_rows;        // the row fields in a pass of their own in sorted order, by a
                              // kernel of its own (stage "records"); never set unless the
                              // records or kspa are requested (cuda_backend.cpp decides)
+    bool shipped_fields;     // no field beyond SDM_P1_DET_SHIPPED's set: the main kernel
+                             // without the others' code
 };
 
 // The first bad input of an execute, on the device. `key` is UINT64_MAX when none was found,
@@ -58,6 +60,7 @@ struct LaunchConfig {
     bool narrow_counts;       // the chunk's counts and positions in 16 bits (n < 2^16)
     bool on_chip;             // the core arrays in shared memory (the kernel knows it)
     bool sorted_rows;         // KernelShape::sorted_rows
+    bool shipped_fields;      // KernelShape::shipped_fields
     bool dependent_launch;    // the wide-log kernel as a programmatic dependent launch (sm_90 on)
     size_t smem_bytes;        // dynamic shared memory per block
     size_t smem_limit;        // the most dynamic shared memory a block may have (the arrays

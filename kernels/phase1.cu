@@ -31,7 +31,10 @@ ArrayLayout chunk_layout(const KernelShape& s, int threads, size_t smem_limit) {
 }
 
 // The main kernel of launch configuration c.
-KernelFn kernel_for(const LaunchConfig& c) { return c.sorted_rows ? sorted_rows_kernel(c) : kernel_of<false, false>(c); }
+KernelFn kernel_for(const LaunchConfig& c) {
+    if (c.sorted_rows) return sorted_rows_kernel(c);
+    return c.shipped_fields ? kernel_of<false, false, true>(c) : kernel_of<false, false>(c);
+}
 
 // The most dynamic shared memory a block of `kernel` may use with `blocks` blocks an SM,
 // after setting the kernel's limit to the device's maximum.
@@ -71,6 +74,7 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     LaunchConfig c{};
     c.narrow_counts = narrow_counts(s);
     c.sorted_rows = s.sorted_rows;
+    c.shipped_fields = s.shipped_fields;
     int major = 0;
     e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e != cudaSuccess) return e;

@@ -6,9 +6,11 @@
 // lists the others, which a second launch of the wide-log kernel computes. Each then
 // carries only its form's code: with both in one kernel the wide form's 128-bit paths cost
 // the compact chunks registers and instruction-cache room (2-9 % of their time, measured).
+// Plans with no field beyond the spec's default set (most plans) get a main kernel with no
+// code for the other fields (ShippedFields), which also carries the match-ranked sort.
 // The instantiations are compiled in three translation units, in parallel: phase1.cu (the
-// main kernels), phase1_sorted_rows.cu (the main kernels with the rows in sorted order) and
-// phase1_wide_log.cu (the wide-log kernels).
+// main kernels, with and without ShippedFields), phase1_sorted_rows.cu (the main kernels
+// with the rows in sorted order) and phase1_wide_log.cu (the wide-log kernels).
 #ifndef SDM_P1_KERNELS_PHASE1_KERNEL_CUH
 #define SDM_P1_KERNELS_PHASE1_KERNEL_CUH
 
@@ -65,8 +67,10 @@ __device__ __forceinline__ int valid_tokens(const KernelArgs& a, int64_t c) {
 // OnChip: the layout keeps the core arrays in shared memory (core_arrays_in_smem);
 // SortedRows: the row fields in sorted order (stage "records", KernelShape::sorted_rows).
 // WideLog: the wide-log kernel, which computes the chunks the main kernel listed in
-// KernelArgs::wide_chunks; else the main kernel, over every chunk.
-template <int Threads, typename Count, bool OnChip, bool SortedRows, bool WideLog>
+// KernelArgs::wide_chunks; else the main kernel, over every chunk. ShippedFields: the plan
+// requests no field beyond SDM_P1_DET_SHIPPED's set (KernelShape::shipped_fields), and the
+// kernel carries no code for the others.
+template <int Threads, typename Count, bool OnChip, bool SortedRows, bool WideLog, bool ShippedFields>
 __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
     phase1_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
@@ -79,6 +83,7 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
     char* const stage = smem + a.layout.stage;
     const size_t stage_room = a.layout.stage_room;
     ChunkArrays<Count> arr = bind_arrays<Count, OnChip>(smem, global, a.layout);
+    if (ShippedFields) arr.firsts.base = nullptr;   // the group counts serve the tiles and dc fields alone
     auto& sort_temp = *reinterpret_cast<SortTemp<Threads>*>(stage);
     // Room on chip for the merge rounds' runs, where a key buffer is in global scratch.
     const bool stage_keys = !(a.layout.log_low.in_smem && a.layout.log_high.in_smem) &&
@@ -119,7 +124,8 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
             __syncthreads();   // sh is reset for the next chunk
             continue;
         }
-        const InterleavedKeys sorted = sort_entries<Threads>(a, k, arr.keys, arr.keys_alt, staged, sort_temp);
+        const InterleavedKeys sorted =
+            sort_entries<Threads, ShippedFields>(a, k, arr.keys, arr.keys_alt, staged, sort_temp);
         // The kernel's form (the wide-log kernel's chunks were listed for it): the compiler
         // drops the other form's code. After the sort: placed before its barriers, the
         // assumption went unused.
@@ -128,7 +134,11 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
         __syncthreads();
         scan_forward(a, k, arr, sh, scan_temp.forward);
         scan_backward(a, k, arr, sh, scan_temp.backward);
-        write_records<SortedRows>(a, k, arr, sh);
+        if constexpr (ShippedFields) {
+            write_records<SortedRows>(a, shipped_fields_of(a.out), k, arr, sh);
+        } else {
+            write_records<SortedRows>(a, a.out, k, arr, sh);
+        }
         pair_sums<Threads, SortedRows>(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
         if (threadIdx.x == 0 && sh.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
@@ -138,15 +148,17 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
     }
 }
 
-// The kernel of launch configuration c among those with SortedRows and WideLog. The
-// half-size block always has its core arrays on chip (configure); 32-bit counts mean a
-// chunk too large for shared memory.
-template <bool SortedRows, bool WideLog>
+// The kernel of launch configuration c among those with SortedRows, WideLog and
+// ShippedFields. The half-size block always has its core arrays on chip (configure); 32-bit
+// counts mean a chunk too large for shared memory.
+template <bool SortedRows, bool WideLog, bool ShippedFields = false>
 KernelFn kernel_of(const LaunchConfig& c) {
-    if (c.threads != kMaxThreads) return phase1_kernel<kMaxThreads / 2, uint16_t, true, SortedRows, WideLog>;
-    if (!c.narrow_counts) return phase1_kernel<kMaxThreads, uint32_t, false, SortedRows, WideLog>;
-    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true, SortedRows, WideLog>
-                     : phase1_kernel<kMaxThreads, uint16_t, false, SortedRows, WideLog>;
+    if (c.threads != kMaxThreads) {
+        return phase1_kernel<kMaxThreads / 2, uint16_t, true, SortedRows, WideLog, ShippedFields>;
+    }
+    if (!c.narrow_counts) return phase1_kernel<kMaxThreads, uint32_t, false, SortedRows, WideLog, ShippedFields>;
+    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true, SortedRows, WideLog, ShippedFields>
+                     : phase1_kernel<kMaxThreads, uint16_t, false, SortedRows, WideLog, ShippedFields>;
 }
 
 }  // namespace

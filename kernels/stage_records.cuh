@@ -20,14 +20,15 @@ __device__ __forceinline__ uint32_t writes_through(const Arrays& arr, uint32_t r
 }
 
 // The facts of the entry at sorted position r with payload word p (kLastK clear), lane `lane`
-// of token t (a read entry if is_q), that write_entry_outputs needs for `which` of its
-// outputs; its log facts and value only where `logs`. Its slot, where the records need it:
-// for the row fields alone (write_rows) `row_slot`, read from the slot array by the caller,
-// else from the ids.
+// of token t (a read entry if is_q), that write_entry_outputs needs for `which` of the
+// outputs `out`; its log facts and value only where `logs`. Its slot, where the records need
+// it: for the row fields alone (write_rows) `row_slot`, read from the slot array by the
+// caller, else from the ids.
 template <class Arrays>
-__device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const Chunk& k, const Arrays& arr, uint32_t r,
-                                               uint32_t p, int t, int lane, bool is_q, uint32_t valid_groups,
-                                               EntryOutputs which, bool logs, uint32_t row_slot) {
+__device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const OutputBuffers& out, const Chunk& k,
+                                               const Arrays& arr, uint32_t r, uint32_t p, int t, int lane, bool is_q,
+                                               uint32_t valid_groups, EntryOutputs which, bool logs,
+                                               uint32_t row_slot) {
     const KernelShape& s = a.s;
     const int WR = s.W + s.R;
     const bool rows = which != EntryOutputs::kEntryFields;
@@ -44,7 +45,7 @@ __device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const Chunk&
         // A valid write with no valid write before it in its group has its own gate as log.
         const bool own_gate = arr.gate_exp && valid && !is_q && e.before == 0u;
         if (own_gate) e.exp_log = arr.gate_exp[t];
-        const bool with_exp_rex = rows && a.out.krec != nullptr;
+        const bool with_exp_rex = rows && out.krec != nullptr;
         if (arr.log.shift >= 0) {
             const int64_t log = static_cast<int64_t>(arr.log.low[r]);
             const int64_t rex = static_cast<int64_t>(arr.log.low[end] - arr.log.low[r]);   // exact: |rex| < 2^63
@@ -60,7 +61,7 @@ __device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const Chunk&
     }
     const int64_t tok = k.c * s.C + t;
     // The slot only goes into the records.
-    const bool slot_needed = rows && (is_q ? (a.out.qrec || a.out.qrec8) : a.out.krec != nullptr);
+    const bool slot_needed = rows && (is_q ? (out.qrec || out.qrec8) : out.krec != nullptr);
     e.slot_key = 0;
     if (valid && slot_needed) {
         e.slot_key = which == EntryOutputs::kRowFields
@@ -75,12 +76,21 @@ __device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const Chunk&
 
 // The facts of lane `lane` of token t (a read entry if is_q) for `which` of its outputs.
 template <class Arrays>
-__device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                         int t, int lane, bool is_q, uint32_t valid_groups,
-                                         EntryOutputs which) {
+__device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const OutputBuffers& out, const Chunk& k,
+                                                  const Arrays& arr, int t, int lane, bool is_q,
+                                                  uint32_t valid_groups, EntryOutputs which) {
     const uint32_t r = arr.position[t * (a.s.W + a.s.R) + (is_q ? a.s.W : 0) + lane];
     const uint32_t p = arr.payload[r] & ~kLastK;   // EntryFacts::payload has it clear
-    return facts_at(a, k, arr, r, p, t, lane, is_q, valid_groups, which, true, 0u);
+    return facts_at(a, out, k, arr, r, p, t, lane, is_q, valid_groups, which, true, 0u);
+}
+
+// The outputs of a plan whose fields are within SDM_P1_DET_SHIPPED's set (KernelShape::
+// shipped_fields), with the others' pointers null as constants.
+__device__ __forceinline__ OutputBuffers shipped_fields_of(const OutputBuffers& all) {
+    OutputBuffers o = all;
+    o.krec = o.qrec = o.qrec8 = o.tiles_k = o.tiles_q = o.segb_k = o.dc_kpos = o.dc_bpre = nullptr;
+    o.kspa = nullptr;
+    return o;
 }
 
 // Marks the entry with payload p (lane `lane` of token t) in its unit's mask if it is a
@@ -148,7 +158,7 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
         const uint32_t slot = slots ? slots[r] : 0u;
         const uint32_t p = arr.payload[r] & ~kLastK;
         const bool is_q = (p & kIsQ) != 0u;
-        const EntryFacts e = facts_at(a, k, arr, static_cast<uint32_t>(r), p, payload_token(p),
+        const EntryFacts e = facts_at(a, a.out, k, arr, static_cast<uint32_t>(r), p, payload_token(p),
                                       static_cast<int>(p & kLaneMask), is_q, valid_groups,
                                       EntryOutputs::kRowFields, is_q ? q_logs : k_logs, slot);
         write_entry_outputs(a.out, f, e, EntryOutputs::kRowFields);
@@ -159,25 +169,28 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
 // that request the records or kspa (KernelShape::sorted_rows). A kernel of its own: compiled
 // into the kernel of the other plans, the pass cost them registers and instruction-cache
 // room (2-24 % slower).
+// `out`: a.out, or for the shipped-fields kernels shipped_fields_of(a.out), with which the
+// compiler drops the other fields' code (about 6 % of the kernel's instructions; S1 to S5
+// 3-6 % faster, bench/NOTES.md version 16).
 template <bool SortedRows, class Arrays>
-__device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                     const ChunkShared& sh) {
+__device__ __forceinline__ void write_records(const KernelArgs& a, const OutputBuffers& out, const Chunk& k,
+                                              const Arrays& arr, const ChunkShared& sh) {
     const KernelShape& s = a.s;
-    const ChunkFacts f{k.c, s.C, s.W, s.R, s.rec_tile, k.id_base, s.bf16, a.out.kspa ? a.beta : nullptr, a.div.tile};
+    const ChunkFacts f{k.c, s.C, s.W, s.R, s.rec_tile, k.id_base, s.bf16, out.kspa ? a.beta : nullptr, a.div.tile};
     const EntryOutputs which = SortedRows ? EntryOutputs::kEntryFields : EntryOutputs::kAll;
     for (int x = threadIdx.x; x < s.C * s.W; x += blockDim.x) {
         const int t = a.div.W.div(x), lane = x - t * s.W;
-        const EntryFacts e = entry_facts(a, k, arr, t, lane, false, sh.valid_groups, which);
-        write_entry_outputs(a.out, f, e, which);
+        const EntryFacts e = entry_facts(a, out, k, arr, t, lane, false, sh.valid_groups, which);
+        write_entry_outputs(out, f, e, which);
         mark_walker(a, arr, t, lane, false, e.payload);
     }
     for (int x = threadIdx.x; x < s.C * s.R; x += blockDim.x) {
         const int t = a.div.R.div(x), lane = x - t * s.R;
-        const EntryFacts e = entry_facts(a, k, arr, t, lane, true, sh.valid_groups, which);
-        write_entry_outputs(a.out, f, e, which);
+        const EntryFacts e = entry_facts(a, out, k, arr, t, lane, true, sh.valid_groups, which);
+        write_entry_outputs(out, f, e, which);
         mark_walker(a, arr, t, lane, true, e.payload);
     }
-    if (threadIdx.x == 0) write_chunk_tails(a.out, f, static_cast<int32_t>(sh.valid_groups));
+    if (threadIdx.x == 0) write_chunk_tails(out, f, static_cast<int32_t>(sh.valid_groups));
     if (SortedRows) write_rows(a, k, arr, f, sh.valid_groups);
     write_sorted_payloads(a, k, arr);
 }

@@ -113,6 +113,9 @@ KernelShape kernel_shape(const Options& o) {
     // scattered stores it saves (measured: S4 3.83 -> 4.06 ms with every field, S1 2.77 -> 2.22).
     s.sorted_rows = (records || o.has(SDM_P1_DET_KSPA)) && o.num_keys >= o.C * (o.W + o.R);
     s.slots = records && s.sorted_rows;
+    // The usual plans (the spec's default fields or fewer) get a kernel without the other
+    // fields' code.
+    s.shipped_fields = !records && !o.has(SDM_P1_DET_KSPA) && !s.group_counts;
     return s;
 }
 
