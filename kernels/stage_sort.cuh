@@ -2,9 +2,9 @@
 // order. Each tile of keys (sort_tile_keys), which arrive in entry order, is sorted on chip
 // by a stable radix sort on the slot bits alone, which orders it by the whole key: CUB's
 // block radix sort (5 bits a pass), or for 32-bit keys, where it takes fewer passes, 8 bits
-// a pass ranked by CUB's match-based ranking (sort_tile32, in the shipped-fields kernels). Longer rows are completed by
-// merge rounds, each thread merging spans of consecutive outputs from the place a
-// merge-path search finds in the two runs.
+// a pass ranked by CUB's match-based ranking (sort_tile32, in the shipped-fields kernels).
+// Longer rows are completed by merge rounds, each thread merging spans of consecutive
+// outputs from the place a merge-path search finds in the two runs.
 #ifndef SDM_P1_KERNELS_STAGE_SORT_CUH
 #define SDM_P1_KERNELS_STAGE_SORT_CUH
 
