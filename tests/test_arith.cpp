@@ -27,7 +27,7 @@ Fix from_i128(i128 v) {
 // The exact fixed-point value (times 2^96) of a finite double whose magnitude is 2^-96 or
 // more and below 2^31, as a 128-bit integer; false when it is not a whole number there.
 bool exact_fixed(double d, i128* out) {
-    int e;
+    int e = 0;
     const double m = std::frexp(d, &e);                             // d = m * 2^e, 0.5 <= |m| < 1
     const auto mant = static_cast<int64_t>(std::ldexp(m, 53));     // exact
     const int shift = e - 53 + 96;

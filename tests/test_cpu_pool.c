@@ -56,10 +56,12 @@ static sdm_p1_plan* make_plan(int threads) {
     return plan;
 }
 
+#if !defined(__SANITIZE_ADDRESS__)   /* used only by test_worker_that_cannot_start */
 static int plan_threads(const sdm_p1_plan* plan) {
     sdm_p1_desc r;
     return sdm_p1_plan_desc(plan, &r) == SDM_P1_SUCCESS ? r.num_threads : 0;
 }
+#endif
 
 /* Every output byte of the plan's buffers after one execute, in one malloc'd block. */
 typedef struct Bytes {
@@ -205,6 +207,7 @@ static void test_fork(void) {
     sdm_p1_plan_destroy(plan);
 }
 
+#if !defined(__SANITIZE_ADDRESS__)   /* used only by test_worker_that_cannot_start */
 /* Address space for the program as it is and little more: a worker's stack cannot be mapped. */
 static int child_without_memory_for_threads(sdm_p1_plan* plan) {
     FILE* f = fopen("/proc/self/statm", "r");
@@ -222,6 +225,7 @@ static int child_without_memory_for_threads(sdm_p1_plan* plan) {
     setrlimit(RLIMIT_AS, &old);
     return refused && same_after_execute(plan, &g_a, g_want_a);   /* usable once threads can start */
 }
+#endif
 
 static void test_worker_that_cannot_start(void) {
 #if defined(__SANITIZE_ADDRESS__)
