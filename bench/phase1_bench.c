@@ -27,13 +27,15 @@
  * shapes given, or with --sweep). --varlen adds a row per shape ("varlen": default det_fields,
  * per-stream lengths with the odd streams at half their length, the even ones full) to compare
  * with its "default" row, the same batch padded to full length. --json FILE writes the same
- * figures (CUDA mode).
+ * figures (CUDA mode). In CUDA mode the library's plan log is on (SDMP1_LOG=1 unless the
+ * environment sets it): each plan's creation prints on stderr which kernel computes its chunks
+ * first (lean or general) and their launch shapes.
  *
  * Inputs as docs/design.md describes them: slot ids distinct within a token (K and Q each), uniform
  * (S7: by a Zipf law of exponent 1.1 over the keys, ranks mapped to slots by a fixed random
  * permutation), 128 streams (S6: 2), gates logsigmoid(x) of uniform x in [-2, 8) (negative),
  * values uniform in [-1, 1) as bf16 or f32; generated once per shape on the host. */
-#define _POSIX_C_SOURCE 199309L
+#define _POSIX_C_SOURCE 200112L
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -723,6 +725,7 @@ int main(int argc, char** argv) {
     }
     if (cuda) {
 #ifdef SDMP1_BENCH_CUDA
+        setenv("SDMP1_LOG", "1", 0);   /* which kernel each plan runs, on stderr */
         if (count == 0) {   /* the canonical shapes, two worst cases and the N sweep */
             for (count = 0; count < kDefaultShapes; ++count) shapes[count] = kShapes[count];
             sweep = 1;

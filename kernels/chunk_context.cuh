@@ -8,6 +8,7 @@
 
 #include "../src/phase1_shared.h"
 #include "launch.h"
+#include "lean/lean_layout.h"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -328,12 +329,29 @@ struct KernelArgs {
     DeviceStatus* status;
     uint64_t* chunk_value;
     unsigned long long* wide_chunks;   // N words: the chunks left to the wide-log kernel
+    // Plans with a lean kernel (kernels/lean/): the chunks it left to the main kernel (N
+    // words), which then computes only those; null: the main kernel computes every chunk.
+    unsigned long long* general_chunks;
+    LeanLayout lean;            // the lean kernel's layout (lean.threads == 0: none)
+    bool lean_vec_ids;          // the ids allow the lean kernel's 16-byte loads
+    bool lean_vec_entries;      // values, gates and entry fields allow its 4-lane accesses
 };
 
 // The main kernel leaves chunk c to the wide-log kernel (one thread of the block).
 __device__ __forceinline__ void list_wide_chunk(const KernelArgs& a, int64_t c) {
     const unsigned long long left = atomicAdd(&a.status->wide_left, ~0ull);   // minus one
     a.wide_chunks[~left] = static_cast<unsigned long long>(c);
+}
+
+// The lean kernel leaves chunk c to the main kernel (one thread of the block).
+__device__ __forceinline__ void list_general_chunk(const KernelArgs& a, int64_t c) {
+    const unsigned long long left = atomicAdd(&a.status->general_left, ~0ull);   // minus one
+    a.general_chunks[~left] = static_cast<unsigned long long>(c);
+}
+
+// The chunks the lean kernel left to the main kernel (read by the main kernel).
+__device__ __forceinline__ unsigned long long general_chunk_count(const DeviceStatus& status) {
+    return ~status.general_left;
 }
 
 // The chunks the main kernel left to the wide-log kernel (read by the wide-log kernel).
@@ -365,6 +383,25 @@ __device__ __forceinline__ uint32_t* slot_array(const KernelArgs& a) {
 template <typename T>
 __device__ __forceinline__ T* runs_array(const KernelArgs& a) {
     return reinterpret_cast<T*>(a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block + a.layout.runs.offset);
+}
+
+// Chunk c's valid tokens: by its stream's length where the launch has lengths (as the CPU
+// backend's valid_tokens), else all but in the streams' last chunks. A length outside
+// 0..steps * C is recorded by the block of the stream's first chunk (DeviceStatus), and
+// every chunk of that stream then counts as padding: no input is read, no index leaves range.
+__device__ __forceinline__ int valid_tokens(const KernelArgs& a, int64_t c) {
+    const KernelShape& s = a.s;
+    if (a.stream_lengths == nullptr) return c >= s.N - s.P ? s.valid_last : s.C;
+    const int64_t stream = c % s.P;
+    const int64_t length = load_id(a.stream_lengths, a.lengths64, stream);
+    if (length < 0 || length > s.N / s.P * s.C) {
+        if (c == stream && threadIdx.x == 0) {
+            a.chunk_value[c] = static_cast<uint64_t>(length);
+            atomicMin(&a.status->bad_stream, static_cast<unsigned long long>(stream));
+        }
+        return 0;
+    }
+    return chunk_valid_tokens(length, c / s.P, s.C);
 }
 
 // Block-wide scalars of the current chunk.

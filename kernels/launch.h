@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../src/phase1_shared.h"
+#include "lean/lean_layout.h"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -44,13 +45,14 @@ struct KernelShape {
 // of chunk bad_stream (the stream's first), which reads no input of a stream with a bad
 // length and so records no other offender there. A bad length is reported before `key`.
 // wide_left counts the chunks the main kernel left to the wide-log kernel (their
-// log-cumsums need the wide form), down from UINT64_MAX. One memset of 0xFF bytes clears
-// all three words.
+// log-cumsums need the wide form), down from UINT64_MAX; general_left likewise the chunks the
+// lean kernel left to the main kernel. One memset of 0xFF bytes clears all four words.
 constexpr int kStatusCodeBits = 20;
 struct DeviceStatus {
     unsigned long long key;
     unsigned long long bad_stream;
     unsigned long long wide_left;
+    unsigned long long general_left;
 };
 
 // How the kernel runs a plan's shape on one device (chosen at plan creation).
@@ -66,6 +68,9 @@ struct LaunchConfig {
     size_t smem_limit;        // the most dynamic shared memory a block may have (the arrays
                               // that do not fit in it go to global scratch)
     size_t scratch_per_block; // bytes of global scratch per block (0: every array in shared memory)
+    LeanLayout lean;          // the lean kernel, launched first where lean.threads != 0
+                              // (kernels/lean/README.md); it leaves the chunks it cannot take
+                              // to the main kernel
 };
 
 // Chooses the launch configuration of `shape` for `device`, within `output_bytes` (the
@@ -73,16 +78,21 @@ struct LaunchConfig {
 // Returns a cudaError_t value (0: success).
 int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchConfig* config);
 
-// Enqueues one execute on `stream`: clears the status and repeats, then runs the main
-// kernel and the wide-log kernel. `scratch` is the global scratch (config.grid *
-// config.scratch_per_block bytes, or null), `chunk_value` and `wide_chunks` N words each;
+// Enqueues one execute on `stream`: clears the status and repeats, then runs the lean kernel
+// (where the configuration has one), the main kernel and the wide-log kernel. `scratch` is
+// the global scratch (config.grid * config.scratch_per_block bytes, or null), `chunk_value`,
+// `wide_chunks` and `general_chunks` N words each;
 // `stream_lengths` P lengths (int64 where lengths64, else int32) or null (the valid_last
 // rule). Returns a cudaError_t value (0: success).
 int launch(const KernelShape& shape, const LaunchConfig& config, const void* k_idx,
            const void* q_idx, const void* k_val, const void* q_val, const float* g,
            const float* beta, const void* stream_lengths, bool lengths64, const OutputBuffers& out,
            void* scratch, DeviceStatus* status, uint64_t* chunk_value, uint64_t* wide_chunks,
-           void* stream);
+           uint64_t* general_chunks, void* stream);
+
+// The name of the kernel that computes a plan's chunks first ("lean" or "general"), for the
+// benchmark and the logs.
+const char* kernel_name(const LaunchConfig& config);
 
 }  // namespace cuda
 }  // namespace sdm_p1

@@ -65,6 +65,27 @@ cudaError_t smem_room(const LaunchConfig& c, int device, int blocks, size_t* roo
     return e;
 }
 
+// Whether the lean kernel may load the ids 16 bytes at a time: whole vectors a token's
+// lanes, aligned arrays.
+bool lean_ids_vectorized(const KernelShape& s, const void* k_idx, const void* q_idx) {
+    const int v = s.idx64 ? 2 : 4;
+    const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0u; };
+    return s.W % v == 0 && s.R % v == 0 && aligned(k_idx) && aligned(q_idx);
+}
+
+// Whether the lean kernel's entry writer may take four lanes at a time: a token's lanes in
+// whole fours, and the values, gates and entry fields 16-byte aligned.
+bool lean_entries_vectorized(const KernelShape& s, const void* k_val, const void* q_val, const float* g,
+                             const OutputBuffers& out) {
+    const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0u; };
+    const void* const fields[] = {k_val, q_val, g, out.log_k, out.rex, out.cpe, out.k_eff, out.pos_k,
+                                  out.is_last, out.is_only, out.log_q, out.q_w, out.pos_q, out.q_last, out.q_only};
+    for (const void* p : fields) {
+        if (!aligned(p)) return false;   // null (a field not requested) is aligned
+    }
+    return s.W % 4 == 0 && s.R % 4 == 0;
+}
+
 }  // namespace
 
 int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfig* config) {
@@ -131,14 +152,19 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
         grid = std::min<int64_t>(grid, std::max<int64_t>(1, output_bytes / c.scratch_per_block));
     }
     c.grid = static_cast<int>(grid);
+    e = static_cast<cudaError_t>(lean_configure(s, device, sms, &c.lean));
+    if (e != cudaSuccess) return e;
     *config = c;
     return cudaSuccess;
 }
 
+const char* kernel_name(const LaunchConfig& config) { return config.lean.threads != 0 ? "lean" : "general"; }
+
 int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, const void* q_idx,
            const void* k_val, const void* q_val, const float* g, const float* beta,
            const void* stream_lengths, bool lengths64, const OutputBuffers& out, void* scratch,
-           DeviceStatus* status, uint64_t* chunk_value, uint64_t* wide_chunks, void* stream) {
+           DeviceStatus* status, uint64_t* chunk_value, uint64_t* wide_chunks, uint64_t* general_chunks,
+           void* stream) {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
     cudaError_t e = cudaMemsetAsync(status, 0xFF, sizeof(DeviceStatus), st);
     if (e == cudaSuccess) e = cudaMemsetAsync(out.repeats, 0, sizeof(int64_t), st);
@@ -168,22 +194,41 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     a.status = status;
     a.chunk_value = chunk_value;
     a.wide_chunks = reinterpret_cast<unsigned long long*>(wide_chunks);
-    kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
-    e = cudaGetLastError();
+    // Programmatic dependent launches where the device has them (sm_90 on): the next grid is
+    // launched while the one before runs, and waits for it in griddepcontrol.wait, hiding the
+    // launch's latency; elsewhere each follows the one before as any launch does.
+    cudaLaunchAttribute after_previous{};
+    after_previous.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    after_previous.val.programmaticStreamSerializationAllowed = 1;
+    if (config.lean.threads != 0) {
+        // The lean kernel first; the main kernel computes the chunks it leaves (general_chunks).
+        a.lean = config.lean;
+        a.general_chunks = reinterpret_cast<unsigned long long*>(general_chunks);
+        a.lean_vec_ids = lean_ids_vectorized(s, k_idx, q_idx);
+        a.lean_vec_entries = lean_entries_vectorized(s, k_val, q_val, g, out);
+        lean_kernel_for(s)<<<config.lean.grid, config.lean.threads, config.lean.smem_bytes, st>>>(a);
+        e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+        cudaLaunchConfig_t main{};
+        main.gridDim = dim3(static_cast<unsigned>(config.grid));
+        main.blockDim = dim3(static_cast<unsigned>(config.threads));
+        main.dynamicSmemBytes = config.smem_bytes;
+        main.stream = st;
+        main.attrs = &after_previous;
+        main.numAttrs = config.dependent_launch ? 1 : 0;
+        e = cudaLaunchKernelEx(&main, kernel_for(config), a);
+    } else {
+        kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
+        e = cudaGetLastError();
+    }
     if (e != cudaSuccess) return e;
-    // Its blocks return at once where the main kernel listed no chunk. A programmatic
-    // dependent launch where the device has them (sm_90 on): its grid is launched while the
-    // main kernel runs and waits for it in griddepcontrol.wait (phase1_kernel), hiding the
-    // launch's latency; elsewhere it follows the main kernel as any launch does.
+    // Its blocks return at once where the main kernel listed no chunk.
     cudaLaunchConfig_t wide{};
     wide.gridDim = dim3(static_cast<unsigned>(config.grid));
     wide.blockDim = dim3(static_cast<unsigned>(config.threads));
     wide.dynamicSmemBytes = config.smem_bytes;
     wide.stream = st;
-    cudaLaunchAttribute after_main{};
-    after_main.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    after_main.val.programmaticStreamSerializationAllowed = 1;
-    wide.attrs = &after_main;
+    wide.attrs = &after_previous;
     wide.numAttrs = config.dependent_launch ? 1 : 0;
     return cudaLaunchKernelEx(&wide, wide_log_kernel(config), a);
 }

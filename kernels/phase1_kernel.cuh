@@ -34,6 +34,10 @@ using KernelFn = void (*)(KernelArgs);
 KernelFn sorted_rows_kernel(const LaunchConfig& c);
 // The wide-log kernel of launch configuration c (phase1_wide_log.cu).
 KernelFn wide_log_kernel(const LaunchConfig& c);
+// The lean kernel of a plan's form, and its configuration for `device` (lean.threads == 0:
+// the plan has none; phase1_lean.cu). Returns a cudaError_t value.
+KernelFn lean_kernel_for(const KernelShape& s);
+int lean_configure(const KernelShape& s, int device, int sms, LeanLayout* layout);
 
 // Each translation unit has its own instantiations.
 namespace {
@@ -43,25 +47,6 @@ union ScanTemp {
     BlockScanTemp<BackwardItem> backward;
     BlockScanTemp<uint32_t> pairs;
 };
-
-// Chunk c's valid tokens: by its stream's length where the launch has lengths (as the CPU
-// backend's valid_tokens), else all but in the streams' last chunks. A length outside
-// 0..steps * C is recorded by the block of the stream's first chunk (DeviceStatus), and
-// every chunk of that stream then counts as padding: no input is read, no index leaves range.
-__device__ __forceinline__ int valid_tokens(const KernelArgs& a, int64_t c) {
-    const KernelShape& s = a.s;
-    if (a.stream_lengths == nullptr) return c >= s.N - s.P ? s.valid_last : s.C;
-    const int64_t stream = c % s.P;
-    const int64_t length = load_id(a.stream_lengths, a.lengths64, stream);
-    if (length < 0 || length > s.N / s.P * s.C) {
-        if (c == stream && threadIdx.x == 0) {
-            a.chunk_value[c] = static_cast<uint64_t>(length);
-            atomicMin(&a.status->bad_stream, static_cast<unsigned long long>(stream));
-        }
-        return 0;
-    }
-    return chunk_valid_tokens(length, c / s.P, s.C);
-}
 
 // One block per chunk (a persistent grid), Threads threads, counts and positions as Count;
 // OnChip: the layout keeps the core arrays in shared memory (core_arrays_in_smem);
@@ -90,20 +75,27 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
                             stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
     const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};
     const int n = s.C * (s.W + s.R);
+    // The chunks the lean kernel left (plans with a lean kernel, whose fields are the shipped
+    // ones: the other kernels carry no code for the list), read once it has ended.
+    const unsigned long long* const general_list = ShippedFields ? a.general_chunks : nullptr;
 #if __CUDA_ARCH__ >= 900
     // The wide-log kernel is launched as a programmatic dependent of the main kernel
     // (launch): it waits here for the main kernel's end and memory, its list and count.
     // The main kernel's blocks let it be launched at once; it starts only once every one of
     // them has done so (or exited), so its waiting blocks never hold room a main block needs.
-    if (WideLog) {
-        asm volatile("griddepcontrol.wait;" ::: "memory");
-    } else {
-        asm volatile("griddepcontrol.launch_dependents;");
-    }
+    // Likewise the main kernel after a lean kernel (the wait is a no-op unless launched as a
+    // programmatic dependent: stream order already waits).
+    if (WideLog || general_list != nullptr) asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (!WideLog) asm volatile("griddepcontrol.launch_dependents;");
 #endif
-    const int64_t chunks = WideLog ? static_cast<int64_t>(wide_chunk_count(*a.status)) : s.N;
+    // The wide-log kernel's chunks, the lean kernel's leftovers (plans with a lean kernel), or
+    // every chunk.
+    const unsigned long long* const list = WideLog ? a.wide_chunks : general_list;
+    const int64_t chunks = WideLog            ? static_cast<int64_t>(wide_chunk_count(*a.status))
+                           : list != nullptr ? static_cast<int64_t>(general_chunk_count(*a.status))
+                                             : s.N;
     for (int64_t i = blockIdx.x; i < chunks; i += gridDim.x) {
-        const int64_t c = WideLog ? static_cast<int64_t>(a.wide_chunks[i]) : i;
+        const int64_t c = list != nullptr ? static_cast<int64_t>(list[i]) : i;
         const Chunk k{c, valid_tokens(a, c), n, (c % s.P) * s.stream_offset};
         if (threadIdx.x == 0) {
             sh.error_code = kNoError;
@@ -115,7 +107,10 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
         }
         __syncthreads();
         load_and_check(a, k, arr, sh);
-        if (!WideLog) prefetch_chunk(a, c + gridDim.x);
+        if (!WideLog) {
+            const int64_t next = i + gridDim.x;
+            prefetch_chunk(a, list == nullptr ? next : next < chunks ? static_cast<int64_t>(list[next]) : s.N);
+        }
         __syncthreads();
         report_chunk_error(a, k, sh);   // the wide-log kernel reports the same again
         arr.log.shift = log_shift(sh.gate_lowest_bit, sh.gate_bits, s.C);

@@ -90,6 +90,7 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
         guard = std::make_unique<cuda::DeviceGuard>(o.device);
         plan->cuda = cuda::prepare(o, output_bytes);
         workspace_bytes = plan->cuda.workspace_bytes;
+        cuda::log_plan(o, plan->cuda);
     }
 #endif
     if (workspace_bytes > kMaxBytes) too_large("the workspace");

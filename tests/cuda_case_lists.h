@@ -416,6 +416,59 @@ inline CaseList length_cases(const ListOptions& o) {
     return seeded(thin(c, o, 3), "lengths", o);
 }
 
+// The lean kernel (kernels/lean/): plans of the default fields (or fewer) with num_keys >= 8 n.
+// Every entry alone; uniform ids as the benchmark's S1, S2, S5 and S6 draw them (both block
+// tiers: up to 256 threads, three blocks an SM, and 1024); each limit at and past it (a
+// bucket of 16 and 17 keys, grouped entries at n / 4 and one pair more, a unit of 64 and 96
+// pair terms: past a limit the chunk goes to the general kernel, in the same execute as the
+// lean chunks); lean and general chunks alternating, and wide-log chunks among lean ones;
+// repeats; NaN, infinite, subnormal and signed-zero values on lone entries; per-stream
+// lengths and short last chunks; lanes that are not a multiple of 4 (the scalar paths);
+// every subset of the default fields alone.
+inline CaseList lean_cases(const ListOptions& o) {
+    const int64_t big = 1 << 17;   // n = 4096 (C 64, W = R = 32): a bucket spans 32 slots
+    CaseList c = {
+        spec("alone-bf16", 4, 64, 32, 32, 1 << 20).streams(2, 1 << 20).bfloat16().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid),
+        spec("S1-uniform", 6, 64, 32, 32, 65536).streams(2, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.05).gate_kind(Gates::Logsigmoid),
+        spec("S5-i64-f32-write", 4, 64, 32, 32, 65536).streams(2, 65536).ids64().gates_per_write().key_mode(Keys::Distinct).hits(0.1).gate_kind(Gates::Normal),
+        spec("S2-C128", 3, 128, 32, 32, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.1).gate_kind(Gates::Logsigmoid),
+        spec("S6-C128-W64", 2, 128, 64, 64, 262144).streams(2, 262144).bfloat16().key_mode(Keys::Distinct).hits(0.05).gate_kind(Gates::Logsigmoid),
+        spec("S6-f32-write-i64", 2, 128, 64, 64, 262144).ids64().gates_per_write().key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Strong).value_kind(Values::Mixed),
+        spec("bucket-at-limit", 4, 64, 32, 32, big).lean_chunks(Lean::Crowd, 16).gate_kind(Gates::Logsigmoid),
+        spec("bucket-past-limit", 4, 64, 32, 32, big).lean_chunks(Lean::Crowd, 17).gate_kind(Gates::Logsigmoid),
+        spec("grouped-at-limit", 3, 64, 32, 32, big).lean_chunks(Lean::Pairs, 512).gate_kind(Gates::Normal).bfloat16(),
+        spec("grouped-past-limit", 3, 64, 32, 32, big).lean_chunks(Lean::Pairs, 513).gate_kind(Gates::Normal).bfloat16(),
+        spec("unit-terms-at-limit", 3, 64, 32, 32, big).lean_chunks(Lean::Shared, 3).gate_kind(Gates::Normal).value_kind(Values::Mixed),
+        spec("unit-terms-past-limit", 3, 64, 32, 32, big).lean_chunks(Lean::Shared, 4).gate_kind(Gates::Normal).value_kind(Values::Mixed),
+        spec("repeats-token", 4, 64, 32, 32, big).lean_chunks(Lean::Repeats).gate_kind(Gates::Logsigmoid).bfloat16(),
+        spec("repeats-write-i64", 4, 64, 32, 32, big).ids64().gates_per_write().lean_chunks(Lean::Repeats).gate_kind(Gates::Signed),
+        spec("lean-and-general-chunks", 6, 64, 32, 32, big).streams(2, big).lean_chunks(Lean::HotChunks).gate_kind(Gates::Logsigmoid).bfloat16(),
+        spec("wide-chunks-among-lean", 6, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).gate_kind(Gates::MixedChunks),
+        spec("nonfinite-bf16", 4, 64, 32, 32, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.2).value_kind(Values::NonFinite).gate_kind(Gates::Logsigmoid),
+        spec("nonfinite-f32-write", 4, 64, 32, 32, 65536).gates_per_write().key_mode(Keys::Distinct).hits(0.2).value_kind(Values::NonFinite).gate_kind(Gates::Normal),
+        spec("wide-values-subnormal-gates", 4, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).value_kind(Values::Wide).gate_kind(Gates::Subnormal),
+        spec("extreme-gates-one-values", 4, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).value_kind(Values::One).gate_kind(Gates::Extreme),
+        spec("zero-gates", 2, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).gate_kind(Gates::Zero),
+        spec("recent-reads", 4, 64, 32, 32, 65536).key_mode(Keys::Distinct).read_mode(Reads::Recent).gate_kind(Gates::Logsigmoid).bfloat16(),
+        spec("valid_last-17", 4, 64, 32, 32, 65536).streams(2, 65536).valid(17).key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Normal),
+        spec("scalar-lanes-C7-W3-R5", 6, 7, 3, 5, 4096).streams(3, 4096).valid(4).key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Mixed).value_kind(Values::Mixed),
+        spec("scalar-lanes-write-W6", 4, 33, 6, 2, 8192).ids64().gates_per_write().key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Normal),
+        spec("C1-W4-R4", 8, 1, 4, 4, 4096).streams(4, 5000).key_mode(Keys::Distinct).hits(0.5).gate_kind(Gates::Normal),
+        spec("no-read-groups", 4, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.3).no_read_groups().gate_kind(Gates::Normal),
+    };
+    for (int64_t det : {int64_t{0}, int64_t{SDM_P1_DET_POS}, int64_t{SDM_P1_DET_SPAY_RANK}, int64_t{SDM_P1_DET_FLAGS},
+                        int64_t{SDM_P1_DET_SPAY_K}, int64_t{SDM_P1_DET_SPAY_Q}}) {
+        c.push_back(spec("det" + std::to_string(det), 3, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Normal).fields(det));
+    }
+    Rng rng(mix_seed(o.seed, name_seed("lean-lengths")));
+    for (bool as64 : {false, true}) {
+        CaseSpec s = spec(std::string("lengths-") + (as64 ? "len64" : "len32"), 12, 64, 32, 32, 65536).streams(4, 65536)
+                         .key_mode(Keys::Distinct).hits(0.2).gate_kind(Gates::Logsigmoid).bfloat16();
+        c.push_back(s.stream_lengths(stream_lengths(Lengths::Mixed, s.P, s.steps(), s.C, rng), as64));
+    }
+    return seeded(thin(c, o, 3), "lean", o);
+}
+
 }  // namespace cuda_test
 
 #endif  // SDM_P1_TESTS_CUDA_CASE_LISTS_H

@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -76,6 +77,19 @@ enum class Gates { Zero, Tiny, Strong, Normal, Signed, Positive, Extreme, Extrem
                    Mixed, Logsigmoid, MixedChunks };
 // NonFinite: normal values, with NaN, +-inf, 0 and 1e30 among them (an eighth each).
 enum class Values { Normal, Mixed, One, Wide, NonFinite };
+// Chunks shaped for the lean kernel's limits (kernels/lean/), stream-relative ids otherwise
+// distinct in the chunk (K and Q alike), with `lean_param`:
+//   Crowd: lean_param distinct slots in one bucket of the lean sort (its keys: the chunk's
+//     first K entries), no other key in that bucket (kLeanBucketLimit = 16 is the limit);
+//   Pairs: lean_param slots written by exactly two tokens (2 * lean_param grouped entries;
+//     the chunk's limit is n / 4 where shared memory allows);
+//   Shared: the first lean_param tokens write the same W slots (token k's unit of a then has
+//     k * W pair terms; the limit is 64 a unit), their first reads read them too;
+//   Repeats: every token writes its lane-0 slot again on lane 1 (a repeat) and its lane-2
+//     slot is the previous token's lane-0 slot; its first read reads its lane-0 slot;
+//   HotChunks: every third chunk (c % 3 == 1) has every token write the same W slots (a
+//     bucket past the limit: the general kernel's), the others distinct slots.
+enum class Lean { None, Crowd, Pairs, Shared, Repeats, HotChunks };
 
 constexpr int64_t kRecordBits = SDM_P1_DET_KREC | SDM_P1_DET_QREC | SDM_P1_DET_QREC8;
 // What the Python binding asks for when beta is given and det_fields is not.
@@ -96,6 +110,8 @@ struct CaseSpec {
     double qhit = 0.7;            // share of Q ids drawn from the chunk's K ids (Reads::Hit)
     double zipf = 1.1;            // the exponent of Keys::Zipf and Reads::Zipf
     Reads reads = Reads::Hit;
+    Lean lean = Lean::None;
+    int64_t lean_param = 0;
     Gates gates = Gates::Normal;
     Values values = Values::Normal;
     bool read_groups = true;
@@ -137,6 +153,7 @@ struct CaseSpec {
     CaseSpec& hits(double q) { qhit = q; return *this; }
     CaseSpec& skewed(double exponent) { keys = Keys::Zipf; reads = Reads::Zipf; zipf = exponent; return *this; }
     CaseSpec& read_mode(Reads r) { reads = r; return *this; }
+    CaseSpec& lean_chunks(Lean l, int64_t param = 0) { lean = l; lean_param = param; return *this; }
     CaseSpec& gate_kind(Gates g) { gates = g; return *this; }
     CaseSpec& value_kind(Values v) { values = v; return *this; }
     CaseSpec& fields(int64_t d) { det = d; return *this; }
@@ -437,6 +454,70 @@ inline std::vector<int64_t> chunk_reads(const CaseSpec& s, Rng& rng, const std::
     return q;
 }
 
+// The slots a bucket of the lean kernel's sort spans (kernels/phase1_lean.cu: 16 buckets a
+// thread, the block the smallest power of two from 64 with 16 keys a thread).
+inline int64_t lean_bucket_slots(const CaseSpec& s) {
+    const int64_t n = s.C * (s.W + s.R);
+    int64_t threads = 64;
+    while (threads * 16 < n) threads *= 2;
+    int slot_bits = 0, bucket_bits = 0;
+    while ((int64_t{1} << slot_bits) < s.num_keys) ++slot_bits;
+    while ((int64_t{1} << bucket_bits) < 16 * threads) ++bucket_bits;
+    return slot_bits > bucket_bits ? int64_t{1} << (slot_bits - bucket_bits) : 1;
+}
+
+// K ids [C * W] then Q ids [C * R] of chunk c of a Lean case (stream-relative).
+inline std::pair<std::vector<int64_t>, std::vector<int64_t>> lean_chunk(const CaseSpec& s, int64_t c, Rng& rng) {
+    const int64_t C = s.C, W = s.W, R = s.R, nk = C * W, n = C * (W + R);
+    std::vector<int64_t> k(static_cast<size_t>(nk)), q(static_cast<size_t>(C * R));
+    // Distinct slots for every entry, outside a crowded bucket's range [lo, lo + span).
+    const int64_t span = s.lean == Lean::Crowd ? lean_bucket_slots(s) : 0;
+    const int64_t lo = span ? rng.below(s.num_keys / span) * span : 0;
+    std::vector<int64_t> fresh;
+    std::unordered_set<int64_t> taken;
+    while (static_cast<int64_t>(fresh.size()) < n) {   // the lean cases have num_keys >= 8 n
+        const int64_t x = rng.below(s.num_keys);
+        if ((x < lo || x >= lo + span) && taken.insert(x).second) fresh.push_back(x);
+    }
+    std::copy(fresh.begin(), fresh.begin() + nk, k.begin());
+    std::copy(fresh.begin() + nk, fresh.end(), q.begin());
+    const auto at = [W](int64_t t, int64_t lane) { return static_cast<size_t>(t * W + lane); };
+    switch (s.lean) {
+        case Lean::Crowd: {
+            const std::vector<int64_t> crowd = distinct_sample(rng, lo, span, std::min(s.lean_param, span));
+            for (size_t i = 0; i < crowd.size(); ++i) k[i] = crowd[i];
+            break;
+        }
+        case Lean::Pairs:
+            for (int64_t i = 0; i < s.lean_param && i + nk / 2 < nk; ++i) k[static_cast<size_t>(i + nk / 2)] = k[static_cast<size_t>(i)];
+            break;
+        case Lean::Shared:
+            for (int64_t t = 1; t < std::min(s.lean_param, C); ++t) {
+                const std::vector<int64_t> perm = distinct_sample(rng, 0, W, W);
+                for (int64_t lane = 0; lane < W; ++lane) k[at(t, lane)] = k[at(0, perm[static_cast<size_t>(lane)])];
+            }
+            for (int64_t t = 0; t < std::min(s.lean_param, C); ++t) q[static_cast<size_t>(t * R)] = k[at(0, t % W)];
+            break;
+        case Lean::Repeats:
+            for (int64_t t = 0; t < C; ++t) {
+                if (W >= 2) k[at(t, 1)] = k[at(t, 0)];
+                if (W >= 3 && t > 0) k[at(t, 2)] = k[at(t - 1, 0)];
+                q[static_cast<size_t>(t * R)] = k[at(t, 0)];
+            }
+            break;
+        case Lean::HotChunks:
+            if (c % 3 == 1) {
+                for (int64_t t = 1; t < C; ++t) {
+                    const std::vector<int64_t> perm = distinct_sample(rng, 0, W, W);
+                    for (int64_t lane = 0; lane < W; ++lane) k[at(t, lane)] = k[at(0, perm[static_cast<size_t>(lane)])];
+                }
+            }
+            break;
+        case Lean::None: break;
+    }
+    return {k, q};
+}
+
 // Padding tokens (t >= the chunk's valid tokens: valid_last in the last P chunks, or by the
 // stream's length) get garbage the library must never read: ids far outside every range,
 // NaN / inf values, NaN gates and betas.
@@ -479,6 +560,12 @@ inline HostInputs make_inputs(const CaseSpec& s) {
     if (s.keys == Keys::Zipf || s.reads == Reads::Zipf) zipf = std::make_unique<ZipfSlots>(s.num_keys, s.zipf, rng);
     for (int64_t c = 0; c < s.N; ++c) {
         const int64_t base = (c % s.P) * s.offset();
+        if (s.lean != Lean::None) {
+            const auto ids = lean_chunk(s, c, rng);
+            for (size_t i = 0; i < ids.first.size(); ++i) in.k_ids[static_cast<size_t>(c * s.C * s.W) + i] = base + ids.first[i];
+            for (size_t i = 0; i < ids.second.size(); ++i) in.q_ids[static_cast<size_t>(c * s.C * s.R) + i] = base + ids.second[i];
+            continue;
+        }
         const std::vector<int64_t> keys = chunk_keys(s, rng, zipf.get());
         for (size_t i = 0; i < keys.size(); ++i) in.k_ids[static_cast<size_t>(c * s.C * s.W) + i] = base + keys[i];
         // Q ids: by default mostly slots the chunk writes, so read groups meet write groups.

@@ -791,6 +791,7 @@ void run_comparison_families(Tally& t, const Options& o, cudaStream_t stream) {
     run_cases(t, "two_blocks", two_block_cases(o), o, stream);
     run_cases(t, "skewed", skewed_cases(o), o, stream);
     run_cases(t, "lengths", length_cases(o), o, stream);
+    run_cases(t, "lean", lean_cases(o), o, stream);
 }
 
 // One API family; an exception outside its checks (in its setup) counts as a failed check.

@@ -3,6 +3,8 @@
 #include <cuda.h>   // the driver's types and constants only: its functions come through the runtime
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "../checked_size.h"
@@ -179,10 +181,25 @@ Prepared prepare(const Options& o, size_t output_bytes) {
     p.value_offset = checked_align_up(sizeof(DeviceStatus), 256, what);
     const size_t values = checked_align_up(checked_mul(static_cast<size_t>(o.N), sizeof(uint64_t), what), 256, what);
     p.wide_offset = checked_add(p.value_offset, values, what);
-    p.scratch_offset = checked_add(p.wide_offset, values, what);
+    p.general_offset = checked_add(p.wide_offset, values, what);
+    p.scratch_offset = checked_add(p.general_offset, values, what);
     const size_t scratch = checked_mul(static_cast<size_t>(p.config.grid), p.config.scratch_per_block, what);
     p.workspace_bytes = checked_add(p.scratch_offset, scratch, what);
     return p;
+}
+
+void log_plan(const Options& o, const Prepared& p) {
+    const char* const env = std::getenv("SDMP1_LOG");
+    if (env == nullptr || std::strcmp(env, "0") == 0) return;
+    const LaunchConfig& c = p.config;
+    const LeanLayout& l = c.lean;
+    std::fprintf(stderr, "libsdmp1: plan N=%lld C=%d W=%d R=%d keys=%lld: kernel %s", static_cast<long long>(o.N),
+                 o.C, o.W, o.R, static_cast<long long>(o.num_keys), kernel_name(c));
+    if (l.threads != 0) {
+        std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)",
+                     l.grid, l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
+    }
+    std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)\n", c.grid, c.threads, c.smem_bytes);
 }
 
 sdm_p1_allocator default_allocator() { return sdm_p1_allocator{nullptr, device_alloc, device_free}; }
@@ -230,7 +247,8 @@ void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in, const
                          in.stream_lengths_dtype == SDM_P1_DTYPE_INT64, out, ws + p.scratch_offset,
                          reinterpret_cast<DeviceStatus*>(ws + p.status_offset),
                          reinterpret_cast<uint64_t*>(ws + p.value_offset),
-                         reinterpret_cast<uint64_t*>(ws + p.wide_offset), stream);
+                         reinterpret_cast<uint64_t*>(ws + p.wide_offset),
+                         reinterpret_cast<uint64_t*>(ws + p.general_offset), stream);
     check(static_cast<cudaError_t>(e), "launching the Phase 1 kernel");
 }
 

@@ -39,6 +39,7 @@ struct Prepared {
     size_t status_offset = 0;   // DeviceStatus
     size_t value_offset = 0;    // uint64[N] bits of each chunk's first bad value
     size_t wide_offset = 0;     // uint64[N] the chunks left to the wide-log kernel
+    size_t general_offset = 0;  // uint64[N] the chunks the lean kernel left to the main kernel
     size_t scratch_offset = 0;  // global scratch of the blocks (config), if any
     size_t workspace_bytes = 0;
 };
@@ -51,6 +52,12 @@ int resolve_device(int requested);
 // Chooses the launch configuration and the workspace layout; `output_bytes` bounds the
 // global scratch. The plan's device must be current.
 Prepared prepare(const Options& o, size_t output_bytes);
+
+// Where the environment variable SDMP1_LOG is set (to anything but "0"), one line on
+// stderr: the plan's shape and the kernels its launch configuration runs (lean or general
+// first, blocks, threads, shared memory). For the benchmark and for whoever asks why a plan
+// runs at the speed it does; nothing else reads the environment.
+void log_plan(const Options& o, const Prepared& p);
 
 // cudaMalloc / cudaFree.
 sdm_p1_allocator default_allocator();

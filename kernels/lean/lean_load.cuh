@@ -1,0 +1,185 @@
+// Lean stage "load and check" (the twin of kernels/stage_load.cuh and the CPU's
+// load_and_check): the chunk's ids become 32-bit sort keys held in the thread's registers
+// (slot << entry_bits | entry), its gates are checked and, per token, tabled as the log and
+// exp an entry alone in its group takes; the a and qk rows are zeroed (the pair stage then
+// stores only the cells that have terms). Bad ids and gates are recorded as the general
+// kernel records them (report_chunk_error); such a chunk's outputs are unspecified.
+#ifndef SDM_P1_KERNELS_LEAN_LEAN_LOAD_CUH
+#define SDM_P1_KERNELS_LEAN_LEAN_LOAD_CUH
+
+#include "../stage_load.cuh"
+#include "lean_context.cuh"
+
+namespace sdm_p1 {
+namespace cuda {
+namespace lean {
+
+// A thread's keys, kept in registers from stage "load" to the scatter of stage "sort".
+// Slot x of thread i is entry vector i + (x / V) * blockDim.x of the chunk (the write
+// entries' vectors, then the reads'), element x % V (V: lanes a load).
+struct ThreadKeys {
+    uint32_t key[kLeanKeysPerThread];   // a valid entry's sort key; a padding entry's index
+    uint32_t present;                   // bit x: slot x holds an entry
+    uint32_t valid;                     // bit x: ... of a valid token
+    uint32_t rank[kLeanKeysPerThread / 8];   // 4 bits a slot: its arrival in its bucket
+};
+
+// Sets the chunk's block-wide scalars and clears the arrays that are summed into.
+__device__ __forceinline__ void begin_chunk(const KernelArgs& a, const LeanArrays& arr, LeanShared& sh) {
+    if (threadIdx.x == 0) {
+        sh.base.error_code = kNoError;
+        sh.base.repeats = 0;
+        sh.base.gate_lowest_bit = 128;
+        sh.base.gate_bits = 0;
+        sh.overflow = 0;
+        sh.grouped = 0;
+        sh.groups = 0;
+        sh.sized[0] = sh.sized[1] = sh.sized[2] = 0;
+    }
+    const int buckets = kLeanBucketsPerThread * static_cast<int>(blockDim.x);
+    for (int x = threadIdx.x; x <= buckets / 2; x += blockDim.x) arr.starts[x] = 0u;
+    const int masks = a.s.C * (mask_words(a.s.W) + mask_words(a.s.R));
+    for (int x = threadIdx.x; x < masks; x += blockDim.x) arr.wmask[x] = 0u;
+    for (int x = threadIdx.x; x <= 2 * a.s.C; x += blockDim.x) arr.units[x] = 0u;
+}
+
+// The keys with V lanes a load (Vec<Id, V>: 16 bytes, or one id).
+template <typename Id, int V>
+__device__ __forceinline__ void load_keys_v(const KernelArgs& a, const Chunk& k, LeanShared& sh, ThreadKeys& tk) {
+    const KernelShape& s = a.s;
+    const int W = s.W, WR = W + s.R;
+    const int nk = s.C * W, nq = s.C * s.R;
+    const int kvecs = nk / V, vecs = kvecs + nq / V;
+    const uint32_t code_stride = static_cast<uint32_t>(WR + s.gate_width);
+    const auto* const kid = reinterpret_cast<const Vec<Id, V>*>(static_cast<const Id*>(a.k_idx) + k.c * nk);
+    const auto* const qid = reinterpret_cast<const Vec<Id, V>*>(static_cast<const Id*>(a.q_idx) + k.c * nq);
+    constexpr int kLoads = kLeanKeysPerThread / V;
+    // Four loads in flight a thread, each batch's issued before any of them is used.
+    constexpr int kBatch = kLoads < 4 ? kLoads : 4;
+    tk.present = tk.valid = 0u;
+#pragma unroll
+    for (int l0 = 0; l0 < kLoads; l0 += kBatch) {
+        Vec<Id, V> ids[kBatch];
+        int token[kBatch], column[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int x = static_cast<int>(threadIdx.x) + (l0 + b) * static_cast<int>(blockDim.x);
+            const bool is_q = x >= kvecs;
+            const int first = (is_q ? x - kvecs : x) * V;   // the vector's first element of its kind
+            const int t = static_cast<int>(is_q ? a.div.R.div(first) : a.div.W.div(first));
+            token[b] = x < vecs ? t : s.C;
+            column[b] = is_q ? W + first - t * s.R : first - t * W;
+            ids[b] = x < vecs && t < k.t_valid ? (is_q ? qid[x - kvecs] : kid[x]) : Vec<Id, V>{};
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int t = token[b];
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                const int x = (l0 + b) * V + v;
+                const int e = t * WR + column[b] + v;
+                tk.key[x] = static_cast<uint32_t>(e);
+                if (t >= s.C) continue;
+                tk.present |= 1u << x;
+                if (t >= k.t_valid) continue;
+                tk.valid |= 1u << x;
+                const int64_t id = static_cast<int64_t>(ids[b].v[v]);
+                uint64_t slot = 0;   // a bad id is recorded and sorts as slot 0
+                if (id < k.id_base || id - k.id_base >= s.num_keys) {
+                    atomicMin(&sh.base.error_code,
+                              static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(column[b] + v));
+                } else {
+                    slot = static_cast<uint64_t>(id - k.id_base);
+                }
+                tk.key[x] = static_cast<uint32_t>(slot << a.entry_bits) | static_cast<uint32_t>(e);
+            }
+        }
+    }
+}
+
+template <typename Id>
+__device__ __forceinline__ void load_keys(const KernelArgs& a, const Chunk& k, LeanShared& sh, ThreadKeys& tk) {
+    if (a.lean_vec_ids) {
+        load_keys_v<Id, 16 / sizeof(Id)>(a, k, sh, tk);
+    } else {
+        load_keys_v<Id, 1>(a, k, sh, tk);
+    }
+}
+
+// The gates: checked, their lowest and highest bits (the log form, log_shift), and with
+// per-token gates the tables of an entry alone in its group (its log is its token's gate).
+template <bool PerWrite>
+__device__ __forceinline__ void load_gates(const KernelArgs& a, const Chunk& k, const LeanArrays& arr, LeanShared& sh) {
+    const KernelShape& s = a.s;
+    const int WR = s.W + s.R, gw = PerWrite ? s.W : 1;
+    const uint32_t code_stride = static_cast<uint32_t>(WR + gw);
+    const int gates = s.C * gw;
+    const float* const g = a.g + k.c * gates;
+    int lowest = 128, bits = 0;
+    for (int x0 = threadIdx.x; x0 < gates; x0 += kLoadBatch * blockDim.x) {
+        float v[kLoadBatch];
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int x = x0 + b * static_cast<int>(blockDim.x);
+            const int t = PerWrite ? static_cast<int>(a.div.W.div(x)) : x;
+            v[b] = x < gates && t < k.t_valid ? g[x] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kLoadBatch; ++b) {
+            const int x = x0 + b * static_cast<int>(blockDim.x);
+            if (x >= gates) break;
+            const int t = PerWrite ? static_cast<int>(a.div.W.div(x)) : x;
+            Fix f = fix_zero();
+            if (t < k.t_valid && !gate_to_fix(v[b], &f)) {
+                atomicMin(&sh.base.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(WR + x - t * gw));
+            }
+            if (!fix_is_zero(f)) {
+                lowest = min(lowest, fix_lowest_bit(f));
+                bits = max(bits, fix_magnitude_bits(f));
+            }
+            if (!PerWrite) {
+                const double ex = exp_fix(f);
+                arr.gate_f32[t] = fix_to_f32(f);
+                arr.gate_exp[t] = ex;
+                arr.gate_cpe[t] = to_f32(ex);
+                arr.gate_fix[t] = f;
+            }
+        }
+    }
+    lowest = __reduce_min_sync(kWarpAll, lowest);
+    bits = __reduce_max_sync(kWarpAll, bits);
+    if ((threadIdx.x & 31u) == 0u && bits != 0) {
+        atomicMin(&sh.base.gate_lowest_bit, lowest);
+        atomicMax(&sh.base.gate_bits, bits);
+    }
+}
+
+// k_val or q_val of entry x (a gather: grouped entries and pair terms).
+template <typename Value>
+__device__ __forceinline__ float entry_value(const KernelArgs& a, const Chunk& k, const KeyEntry& x) {
+    const int lanes = x.is_q ? a.s.R : a.s.W;
+    const Value* const vals = static_cast<const Value*>(x.is_q ? a.q_val : a.k_val);
+    return value_of(vals[(k.c * a.s.C + x.t) * lanes + x.lane]);
+}
+
+// The chunk's rows of a and qk set to 0 (16-byte stores where the rows allow).
+__device__ __forceinline__ void zero_pair_rows(const KernelArgs& a, const Chunk& k) {
+    const int cells = a.s.C * a.s.C;
+    float* const rows[2] = {a.out.a + k.c * cells, a.out.qk + k.c * cells};
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+        float* const p = rows[m];
+        if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0u && cells % 4 == 0) {
+            float4* const q = reinterpret_cast<float4*>(p);
+            for (int x = threadIdx.x; x < cells / 4; x += blockDim.x) q[x] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        } else {
+            for (int x = threadIdx.x; x < cells; x += blockDim.x) p[x] = 0.0f;
+        }
+    }
+}
+
+}  // namespace lean
+}  // namespace cuda
+}  // namespace sdm_p1
+
+#endif  // SDM_P1_KERNELS_LEAN_LEAN_LOAD_CUH
