@@ -36,9 +36,9 @@ KernelFn kernel_for(const LaunchConfig& c) {
     return c.shipped_fields ? kernel_of<false, false, true>(c) : kernel_of<false, false>(c);
 }
 
-// The most dynamic shared memory a block of `kernel` may use with `blocks` blocks an SM,
-// after setting the kernel's limit to the device's maximum.
-cudaError_t smem_room_of(KernelFn kernel, int device, int blocks, size_t* room) {
+}  // namespace
+
+cudaError_t raise_smem_limit(KernelFn kernel, int device, SmemLimits* out) {
     int optin = 0, per_sm = 0, reserved = 0;
     cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
@@ -47,12 +47,26 @@ cudaError_t smem_room_of(KernelFn kernel, int device, int blocks, size_t* room) 
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, kernel);
     if (e != cudaSuccess) return e;
     // Every plan on the device may then launch with any amount up to the device's limit.
-    const size_t limit = static_cast<size_t>(optin) - attr.sharedSizeBytes;
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit));
-    if (e != cudaSuccess) return e;
-    const size_t share = static_cast<size_t>(per_sm) / blocks - reserved - attr.sharedSizeBytes;
-    *room = std::min(limit, share) / 16 * 16;
-    return cudaSuccess;
+    out->limit = static_cast<size_t>(optin) - attr.sharedSizeBytes;
+    out->per_sm = static_cast<size_t>(per_sm);
+    out->per_block_overhead = static_cast<size_t>(reserved) + attr.sharedSizeBytes;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(out->limit));
+}
+
+size_t SmemLimits::room(int blocks) const {
+    const size_t share = per_sm / blocks - per_block_overhead;
+    return std::min(limit, share) / 16 * 16;
+}
+
+namespace {
+
+// The most dynamic shared memory a block of `kernel` may use with `blocks` blocks an SM,
+// after setting the kernel's limit to the device's maximum.
+cudaError_t smem_room_of(KernelFn kernel, int device, int blocks, size_t* room) {
+    SmemLimits l{};
+    const cudaError_t e = raise_smem_limit(kernel, device, &l);
+    if (e == cudaSuccess) *room = l.room(blocks);
+    return e;
 }
 
 // The room of smem_room_of that both kernels of configuration c (the main and the wide-log
@@ -84,6 +98,24 @@ bool lean_entries_vectorized(const KernelShape& s, const void* k_val, const void
         if (!aligned(p)) return false;   // null (a field not requested) is aligned
     }
     return s.W % 4 == 0 && s.R % 4 == 0;
+}
+
+// Launches `kernel` with configuration c after the stream's previous kernel: a programmatic
+// dependent launch where the device has them (sm_90 on), whose grid is launched while the
+// previous one runs and waits for it in griddepcontrol.wait (phase1_kernel), hiding the
+// launch's latency; elsewhere it follows the previous kernel as any launch does.
+cudaError_t launch_after_previous(KernelFn kernel, const LaunchConfig& c, const KernelArgs& a, cudaStream_t st) {
+    cudaLaunchAttribute after_previous{};
+    after_previous.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    after_previous.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t launch{};
+    launch.gridDim = dim3(static_cast<unsigned>(c.grid));
+    launch.blockDim = dim3(static_cast<unsigned>(c.threads));
+    launch.dynamicSmemBytes = c.smem_bytes;
+    launch.stream = st;
+    launch.attrs = &after_previous;
+    launch.numAttrs = c.dependent_launch ? 1 : 0;
+    return cudaLaunchKernelEx(&launch, kernel, a);
 }
 
 }  // namespace
@@ -194,12 +226,6 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
     a.status = status;
     a.chunk_value = chunk_value;
     a.wide_chunks = reinterpret_cast<unsigned long long*>(wide_chunks);
-    // Programmatic dependent launches where the device has them (sm_90 on): the next grid is
-    // launched while the one before runs, and waits for it in griddepcontrol.wait, hiding the
-    // launch's latency; elsewhere each follows the one before as any launch does.
-    cudaLaunchAttribute after_previous{};
-    after_previous.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    after_previous.val.programmaticStreamSerializationAllowed = 1;
     if (config.lean.threads != 0) {
         // The lean kernel first; the main kernel computes the chunks it leaves (general_chunks).
         a.lean = config.lean;
@@ -208,29 +234,14 @@ int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, 
         a.lean_vec_entries = lean_entries_vectorized(s, k_val, q_val, g, out);
         lean_kernel_for(s)<<<config.lean.grid, config.lean.threads, config.lean.smem_bytes, st>>>(a);
         e = cudaGetLastError();
-        if (e != cudaSuccess) return e;
-        cudaLaunchConfig_t main{};
-        main.gridDim = dim3(static_cast<unsigned>(config.grid));
-        main.blockDim = dim3(static_cast<unsigned>(config.threads));
-        main.dynamicSmemBytes = config.smem_bytes;
-        main.stream = st;
-        main.attrs = &after_previous;
-        main.numAttrs = config.dependent_launch ? 1 : 0;
-        e = cudaLaunchKernelEx(&main, kernel_for(config), a);
+        if (e == cudaSuccess) e = launch_after_previous(kernel_for(config), config, a, st);
     } else {
         kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
         e = cudaGetLastError();
     }
     if (e != cudaSuccess) return e;
     // Its blocks return at once where the main kernel listed no chunk.
-    cudaLaunchConfig_t wide{};
-    wide.gridDim = dim3(static_cast<unsigned>(config.grid));
-    wide.blockDim = dim3(static_cast<unsigned>(config.threads));
-    wide.dynamicSmemBytes = config.smem_bytes;
-    wide.stream = st;
-    wide.attrs = &after_previous;
-    wide.numAttrs = config.dependent_launch ? 1 : 0;
-    return cudaLaunchKernelEx(&wide, wide_log_kernel(config), a);
+    return launch_after_previous(wide_log_kernel(config), config, a, st);
 }
 
 }  // namespace cuda

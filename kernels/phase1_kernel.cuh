@@ -18,6 +18,7 @@
 
 #include "chunk_context.cuh"
 #include "launch.h"
+#include "smem_limits.cuh"
 #include "stage_decode.cuh"
 #include "stage_load.cuh"
 #include "stage_pairs.cuh"
@@ -27,8 +28,6 @@
 
 namespace sdm_p1 {
 namespace cuda {
-
-using KernelFn = void (*)(KernelArgs);
 
 // The main kernel of launch configuration c with SortedRows (phase1_sorted_rows.cu).
 KernelFn sorted_rows_kernel(const LaunchConfig& c);

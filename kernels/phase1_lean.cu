@@ -5,11 +5,12 @@
 #include <algorithm>
 
 #include "lean/lean_kernel.cuh"
+#include "smem_limits.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
 
-using LeanFn = void (*)(KernelArgs);
+using LeanFn = KernelFn;
 
 namespace {
 
@@ -63,23 +64,15 @@ int lean_configure(const KernelShape& s, int device, int sms, LeanLayout* layout
     if (!lean_serves(s)) return cudaSuccess;
     const LeanFn kernel = lean_kernel_for(s);
     const int n = s.C * (s.W + s.R), threads = lean_threads(n);
-    int optin = 0, per_sm = 0, reserved = 0;
-    cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
-    cudaFuncAttributes attr{};
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, kernel);
-    if (e != cudaSuccess) return e;
-    const size_t limit = static_cast<size_t>(optin) - attr.sharedSizeBytes;
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit));
+    SmemLimits limits{};
+    cudaError_t e = raise_smem_limit(kernel, device, &limits);
     if (e != cudaSuccess) return e;
     const bool per_token = s.gate_width == 1;
     const size_t fixed = lean_fixed_bytes(s.C, s.W, s.R, per_token, threads);
     const uint32_t want = static_cast<uint32_t>(std::max(n / 4, 4)), least = static_cast<uint32_t>(std::max(n / 8, 1));
     // The most blocks an SM whose shares hold the arrays and at least n / 8 grouped entries.
     for (int blocks = 4; blocks >= 1; --blocks) {
-        const size_t share = static_cast<size_t>(per_sm) / blocks - reserved - attr.sharedSizeBytes;
-        const size_t room = std::min(limit, share) / 16 * 16;
+        const size_t room = limits.room(blocks);
         if (room <= fixed) continue;
         const uint32_t grouped = static_cast<uint32_t>(std::min<size_t>(want, (room - fixed) / kLeanGroupedBytes));
         if (grouped < least) continue;

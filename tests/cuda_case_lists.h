@@ -421,10 +421,11 @@ inline CaseList length_cases(const ListOptions& o) {
 // tiers: up to 256 threads, three blocks an SM, and 1024); each limit at and past it (a
 // bucket of 16 and 17 keys, grouped entries at n / 4 and one pair more, a unit of 64 and 96
 // pair terms: past a limit the chunk goes to the general kernel, in the same execute as the
-// lean chunks); lean and general chunks alternating, and wide-log chunks among lean ones;
-// repeats; NaN, infinite, subnormal and signed-zero values on lone entries; per-stream
-// lengths and short last chunks; lanes that are not a multiple of 4 (the scalar paths);
-// every subset of the default fields alone.
+// lean chunks); lean and general chunks alternating, wide-log chunks among lean ones, and
+// skewed chunks enough for every block to leave its chunks to the general kernel; repeats;
+// NaN, infinite, subnormal and signed-zero values on lone entries; per-stream lengths and
+// short last chunks; lanes that are not a multiple of 4 (the scalar paths); every subset of
+// the default fields alone.
 inline CaseList lean_cases(const ListOptions& o) {
     const int64_t big = 1 << 17;   // n = 4096 (C 64, W = R = 32): a bucket spans 32 slots
     CaseList c = {
@@ -444,6 +445,9 @@ inline CaseList lean_cases(const ListOptions& o) {
         spec("repeats-write-i64", 4, 64, 32, 32, big).ids64().gates_per_write().lean_chunks(Lean::Repeats).gate_kind(Gates::Signed),
         spec("lean-and-general-chunks", 6, 64, 32, 32, big).streams(2, big).lean_chunks(Lean::HotChunks).gate_kind(Gates::Logsigmoid).bfloat16(),
         spec("wide-chunks-among-lean", 6, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).gate_kind(Gates::MixedChunks),
+        // skewed chunks, several a block: each block leaves its first two to the general
+        // kernel, then the rest without loading them
+        spec("skewed-blocks-give-up", 2400, 16, 8, 8, 4096).streams(4, 4096).skewed(1.1).gate_kind(Gates::Logsigmoid).bfloat16(),
         spec("nonfinite-bf16", 4, 64, 32, 32, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.2).value_kind(Values::NonFinite).gate_kind(Gates::Logsigmoid),
         spec("nonfinite-f32-write", 4, 64, 32, 32, 65536).gates_per_write().key_mode(Keys::Distinct).hits(0.2).value_kind(Values::NonFinite).gate_kind(Gates::Normal),
         spec("wide-values-subnormal-gates", 4, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).value_kind(Values::Wide).gate_kind(Gates::Subnormal),

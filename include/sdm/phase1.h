@@ -382,7 +382,10 @@ typedef struct sdm_p1_plan sdm_p1_plan;
  * CUDA: the plan's device is made current for the call and restored after; the call enqueues
  * no work on any stream. A device of an architecture this library has no kernels for (no
  * SASS of its major version at or below its minor one, no PTX at or below it; see
- * sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. */
+ * sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. Where the
+ * environment variable SDMP1_LOG is set (to anything but "0"), a CUDA plan's creation prints
+ * one line on stderr naming the kernels that will compute its chunks (the lean kernel first
+ * or the general one) and their launch shapes; the environment is read for nothing else. */
 SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
 
 /* Frees a plan and everything it allocated, and stops and joins its worker threads (CPU).

@@ -21,6 +21,16 @@ namespace lean {
 // Chunks a block leaves in a row to the main kernel before it leaves it all the rest.
 constexpr int kLeanGiveUp = 2;
 
+// After a barrier: whether chunk c is past the lean kernel's limits (sh.overflow), then left
+// to the main kernel. Every thread gets the same answer, and a barrier lets sh be reset after.
+__device__ __forceinline__ bool leave_chunk(const KernelArgs& a, int64_t c, const LeanShared& sh, int* left_in_row) {
+    if (!sh.overflow) return false;
+    if (threadIdx.x == 0) list_general_chunk(a, c);
+    ++*left_in_row;
+    __syncthreads();
+    return true;
+}
+
 // Id: int32_t or int64_t ids; Value: uint16_t (bfloat16) or float values; PerWrite: gates
 // per write lane (else per token). The plan's form alone is compiled in. MaxThreads: the
 // block size at most, kLeanSmallBlock (three blocks an SM: 80 registers a thread, which its
@@ -63,21 +73,11 @@ __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 
         if (threadIdx.x == 0) sh.shift = shift;
         count_buckets(a, arr, sh, keys);
         __syncthreads();
-        if (sh.overflow) {
-            if (threadIdx.x == 0) list_general_chunk(a, c);
-            ++left_in_row;
-            __syncthreads();
-            continue;
-        }
+        if (leave_chunk(a, c, sh, &left_in_row)) continue;
         zero_pair_rows(a, k);   // not before: a chunk left to the main kernel gets its rows there
         scan_buckets(arr, sh, a.lean.sized_room);
         __syncthreads();
-        if (sh.overflow) {
-            if (threadIdx.x == 0) list_general_chunk(a, c);
-            ++left_in_row;
-            __syncthreads();
-            continue;
-        }
+        if (leave_chunk(a, c, sh, &left_in_row)) continue;
         scatter_keys(a, arr, keys);
         __syncthreads();
         order_buckets(a, arr, sh);
@@ -87,12 +87,7 @@ __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 
         if (threadIdx.x < 32) place_units(a, arr, sh);
         mark_writes(k, arr);
         __syncthreads();
-        if (sh.overflow) {   // grouped entries or pair terms past the room
-            if (threadIdx.x == 0) list_general_chunk(a, c);
-            ++left_in_row;
-            __syncthreads();
-            continue;
-        }
+        if (leave_chunk(a, c, sh, &left_in_row)) continue;   // grouped entries or pair terms past the room
         left_in_row = 0;
         if (threadIdx.x < 32) count_writes(k, arr);
         grouped_records<Value>(a, k, arr, sh);

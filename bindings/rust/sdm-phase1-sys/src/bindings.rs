@@ -876,7 +876,10 @@ extern "C" {
     #[doc = " CUDA: the plan's device is made current for the call and restored after; the call enqueues"]
     #[doc = " no work on any stream. A device of an architecture this library has no kernels for (no"]
     #[doc = " SASS of its major version at or below its minor one, no PTX at or below it; see"]
-    #[doc = " sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both."]
+    #[doc = " sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. Where the"]
+    #[doc = " environment variable SDMP1_LOG is set (to anything but \"0\"), a CUDA plan's creation prints"]
+    #[doc = " one line on stderr naming the kernels that will compute its chunks (the lean kernel first"]
+    #[doc = " or the general one) and their launch shapes; the environment is read for nothing else."]
     pub fn sdm_p1_plan_create(
         plan: *mut *mut sdm_p1_plan,
         desc: *const sdm_p1_desc,
