@@ -125,6 +125,35 @@ __device__ __forceinline__ Walker shfl_walker(const Walker& w, int from, bool wi
     return r;
 }
 
+// Sets the n floats at p to 0 (16-byte stores where p and n allow).
+__device__ __forceinline__ void zero_floats(float* p, int n) {
+    if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0u && n % 4 == 0) {
+        float4* const q = reinterpret_cast<float4*>(p);
+        for (int x = threadIdx.x; x < n / 4; x += blockDim.x) q[x] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+        for (int x = threadIdx.x; x < n; x += blockDim.x) p[x] = 0.0f;
+    }
+}
+
+// Each cell of a unit's row that has terms, from the unit's term list [lo, hi) (term[x] into
+// the row's cell cell[x], in canonical order): the sum of the cell's terms in list order from
+// +0.0, rounded once. A term's cell is in the kept triangle (a: an earlier token; qk: not a
+// later one), so the other cells keep the zeros stored before.
+__device__ __forceinline__ void store_cell_sums(const PairTerm* term, const uint8_t* cell, uint32_t lo, uint32_t hi,
+                                                float* row) {
+    for (uint32_t t = lo; t < hi; ++t) {
+        const uint8_t c = cell[t];
+        bool seen = false;   // an earlier term of the unit has this cell
+        for (uint32_t x = lo; x < t && !seen; ++x) seen = cell[x] == c;
+        if (seen) continue;
+        double sum = 0.0;
+        for (uint32_t x = t; x < hi; ++x) {
+            if (cell[x] == c) sum = pair_term_add(sum, term[x]);
+        }
+        row[c] = to_f32(sum);
+    }
+}
+
 }  // namespace cuda
 }  // namespace sdm_p1
 

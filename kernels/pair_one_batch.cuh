@@ -145,16 +145,6 @@ struct Sum {
     __device__ uint32_t operator()(uint32_t x, uint32_t y) const { return x + y; }
 };
 
-// Sets the n floats at p to 0 (16-byte stores where p and n allow).
-__device__ __forceinline__ void zero_floats(float* p, int n) {
-    if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0u && n % 4 == 0) {
-        float4* const q = reinterpret_cast<float4*>(p);
-        for (int x = threadIdx.x; x < n / 4; x += blockDim.x) q[x] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    } else {
-        for (int x = threadIdx.x; x < n; x += blockDim.x) p[x] = 0.0f;
-    }
-}
-
 // The path, for a chunk with at most Walkers * blockDim.x walkers; `room` bytes at base.
 template <int Walkers, class Arrays>
 __device__ __forceinline__ bool one_batch_units(const KernelArgs& a, const Chunk& k, const Arrays& arr, char* base,
@@ -206,18 +196,7 @@ __device__ __forceinline__ bool one_batch_units(const KernelArgs& a, const Chunk
     if (__syncthreads_or(too_long)) return false;
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
         const uint32_t lo = b.offset[b.first[u]], hi = b.offset[b.first[u + 1]];
-        float* const out = (u & 1 ? out_qk : out_a) + (u >> 1) * C;
-        for (uint32_t t = lo; t < hi; ++t) {
-            const uint8_t c = b.cell[t];
-            bool seen = false;   // an earlier term of the unit has this cell
-            for (uint32_t x = lo; x < t && !seen; ++x) seen = b.cell[x] == c;
-            if (seen) continue;
-            double sum = 0.0;
-            for (uint32_t x = t; x < hi; ++x) {
-                if (b.cell[x] == c) sum = pair_term_add(sum, b.term[x]);
-            }
-            out[c] = to_f32(sum);   // a term's cell is in the kept triangle: an earlier token
-        }
+        store_cell_sums(b.term, b.cell, lo, hi, (u & 1 ? out_qk : out_a) + (u >> 1) * C);
     }
     return true;
 }

@@ -4,13 +4,12 @@
 #define SDM_P1_KERNELS_LEAN_LEAN_CONTEXT_CUH
 
 #include "../chunk_context.cuh"
+#include "../pair_common.cuh"
 #include "lean_layout.h"
 
 namespace sdm_p1 {
 namespace cuda {
 namespace lean {
-
-constexpr uint32_t kWarpAll = 0xFFFFFFFFu;
 
 // Bits 18-25 of a payload word in LeanArrays::pay, which the output's payload never has: a
 // grouped entry's peers of its kind before and after it (at most kLeanBucketLimit - 1 each),
@@ -94,28 +93,31 @@ __device__ __forceinline__ LeanArrays bind_lean_arrays(char* smem, const LeanLay
     return a;
 }
 
-// The payload word of entry e (valid or padding), without group bits.
-__device__ __forceinline__ uint32_t entry_payload(const KernelArgs& a, int e, bool valid) {
-    const int t = static_cast<int>(a.div.WR.div(static_cast<uint32_t>(e)));
-    const int j = e - t * (a.s.W + a.s.R);
-    const bool is_q = j >= a.s.W;
-    return payload_word(t, is_q ? j - a.s.W : j, is_q, valid);
-}
-
 // An entry of a sort key or a payload word: its index, token, lane and kind.
 struct KeyEntry {
     int e, t, lane;
     bool is_q;
 };
 
-__device__ __forceinline__ KeyEntry key_entry(const KernelArgs& a, uint32_t key) {
+// Entry e's token, lane and kind.
+__device__ __forceinline__ KeyEntry index_entry(const KernelArgs& a, int e) {
     KeyEntry k;
-    k.e = static_cast<int>(key & ((1u << a.entry_bits) - 1u));
-    k.t = static_cast<int>(a.div.WR.div(static_cast<uint32_t>(k.e)));
-    const int j = k.e - k.t * (a.s.W + a.s.R);
+    k.e = e;
+    k.t = static_cast<int>(a.div.WR.div(static_cast<uint32_t>(e)));
+    const int j = e - k.t * (a.s.W + a.s.R);
     k.is_q = j >= a.s.W;
     k.lane = k.is_q ? j - a.s.W : j;
     return k;
+}
+
+__device__ __forceinline__ KeyEntry key_entry(const KernelArgs& a, uint32_t key) {
+    return index_entry(a, static_cast<int>(key & ((1u << a.entry_bits) - 1u)));
+}
+
+// The payload word of entry e (valid or padding), without group bits.
+__device__ __forceinline__ uint32_t entry_payload(const KernelArgs& a, int e, bool valid) {
+    const KeyEntry k = index_entry(a, e);
+    return payload_word(k.t, k.lane, k.is_q, valid);
 }
 
 __device__ __forceinline__ KeyEntry payload_entry(const KernelArgs& a, uint32_t p) {
@@ -142,7 +144,7 @@ __device__ __forceinline__ uint32_t block_exclusive_sum(uint32_t x, LeanShared& 
     uint32_t incl = x;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
-        const uint32_t lower = __shfl_up_sync(kWarpAll, incl, d);
+        const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
         if (lane >= d) incl += lower;
     }
     if (lane == 31) sh.warp_sums[warp] = incl;
@@ -167,11 +169,11 @@ __device__ __forceinline__ uint32_t warp_exclusive_scan(uint32_t* words, int cou
         uint32_t incl = x;
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
-            const uint32_t lower = __shfl_up_sync(kWarpAll, incl, d);
+            const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
             if (lane >= d) incl += lower;
         }
         if (b + lane < count) words[b + lane] = carry + incl - x;
-        carry += __shfl_sync(kWarpAll, incl, 31);
+        carry += __shfl_sync(kFullWarp, incl, 31);
     }
     return carry;
 }

@@ -146,8 +146,8 @@ __device__ __forceinline__ void load_gates(const KernelArgs& a, const Chunk& k, 
             }
         }
     }
-    lowest = __reduce_min_sync(kWarpAll, lowest);
-    bits = __reduce_max_sync(kWarpAll, bits);
+    lowest = __reduce_min_sync(kFullWarp, lowest);
+    bits = __reduce_max_sync(kFullWarp, bits);
     if ((threadIdx.x & 31u) == 0u && bits != 0) {
         atomicMin(&sh.base.gate_lowest_bit, lowest);
         atomicMax(&sh.base.gate_bits, bits);
@@ -162,20 +162,11 @@ __device__ __forceinline__ float entry_value(const KernelArgs& a, const Chunk& k
     return value_of(vals[(k.c * a.s.C + x.t) * lanes + x.lane]);
 }
 
-// The chunk's rows of a and qk set to 0 (16-byte stores where the rows allow).
+// The chunk's rows of a and qk set to 0.
 __device__ __forceinline__ void zero_pair_rows(const KernelArgs& a, const Chunk& k) {
     const int cells = a.s.C * a.s.C;
-    float* const rows[2] = {a.out.a + k.c * cells, a.out.qk + k.c * cells};
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {
-        float* const p = rows[m];
-        if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0u && cells % 4 == 0) {
-            float4* const q = reinterpret_cast<float4*>(p);
-            for (int x = threadIdx.x; x < cells / 4; x += blockDim.x) q[x] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        } else {
-            for (int x = threadIdx.x; x < cells; x += blockDim.x) p[x] = 0.0f;
-        }
-    }
+    zero_floats(a.out.a + k.c * cells, cells);
+    zero_floats(a.out.qk + k.c * cells, cells);
 }
 
 }  // namespace lean

@@ -25,7 +25,7 @@ __device__ __forceinline__ void place_units(const KernelArgs& a, const LeanArray
     for (int u = static_cast<int>(threadIdx.x & 31u); u < units; u += 32) over |= arr.units[u] > kLeanUnitTerms;
     const uint32_t total = warp_exclusive_scan(arr.units, units);
     if ((threadIdx.x & 31u) == 0u) arr.units[units] = total;
-    if (__any_sync(kWarpAll, over) || total > a.lean.term_capacity) {
+    if (__any_sync(kFullWarp, over) || total > a.lean.term_capacity) {
         if ((threadIdx.x & 31u) == 0u) sh.overflow = 1u;
     }
 }
@@ -62,20 +62,9 @@ __device__ __forceinline__ void walker_terms(const KernelArgs& a, const Chunk& k
 
 // Unit u's cells from its listed terms.
 __device__ __forceinline__ void unit_cells(const KernelArgs& a, const Chunk& k, const LeanArrays& arr, int u) {
-    const int C = a.s.C, i = u >> 1;
-    const uint32_t lo = arr.units[u], hi = arr.units[u + 1];
-    float* const row = ((u & 1) ? a.out.qk : a.out.a) + (k.c * C + i) * C;
-    for (uint32_t t = lo; t < hi; ++t) {
-        const uint8_t c = arr.cells[t];
-        bool seen = false;   // an earlier term of the unit has this cell
-        for (uint32_t x = lo; x < t && !seen; ++x) seen = arr.cells[x] == c;
-        if (seen) continue;
-        double sum = 0.0;
-        for (uint32_t x = t; x < hi; ++x) {
-            if (arr.cells[x] == c) sum = pair_term_add(sum, arr.terms[x]);
-        }
-        row[c] = to_f32(sum);   // a term's cell is an earlier token (a) or not a later one (qk)
-    }
+    const int C = a.s.C;
+    float* const row = ((u & 1) ? a.out.qk : a.out.a) + (k.c * C + (u >> 1)) * C;
+    store_cell_sums(arr.terms, arr.cells, arr.units[u], arr.units[u + 1], row);
 }
 
 // Every unit with terms; unit u goes to lane u / warps of warp u % warps, so that the few

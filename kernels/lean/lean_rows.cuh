@@ -17,7 +17,7 @@ __device__ __forceinline__ void mark_writes(const Chunk& k, const LeanArrays& ar
     const int blocks = (k.n + 31) / 32;
     for (int b = static_cast<int>(threadIdx.x >> 5); b < blocks; b += warps) {
         const int r = 32 * b + lane;
-        const uint32_t mask = __ballot_sync(kWarpAll, r < k.n && !(arr.pay[r] & kIsQ));
+        const uint32_t mask = __ballot_sync(kFullWarp, r < k.n && !(arr.pay[r] & kIsQ));
         if (lane == 0) arr.kmask[b] = mask;
     }
 }
@@ -32,11 +32,11 @@ __device__ __forceinline__ void count_writes(const Chunk& k, const LeanArrays& a
         uint32_t incl = x;
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
-            const uint32_t lower = __shfl_up_sync(kWarpAll, incl, d);
+            const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
             if (lane >= d) incl += lower;
         }
         if (b + lane < blocks) arr.kpre[b + lane] = carry + incl - x;
-        carry += __shfl_sync(kWarpAll, incl, 31);
+        carry += __shfl_sync(kFullWarp, incl, 31);
     }
 }
 
