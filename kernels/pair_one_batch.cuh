@@ -25,7 +25,7 @@ constexpr uint32_t kOneBatchUnitTerms = 64;
 // Walkers a thread at most (consecutive ones: the block scan's blocked order): two in the
 // full-size block of the default fields' kernel, whose chunks (S6) often hold more walkers
 // than threads; else one (two made those kernels slower, through instruction fetch:
-// bench/NOTES.md, version 14).
+// S5 1.86 -> 2.21 ms in the half-size kernel; docs/performance.md, pair sums).
 constexpr int kOneBatchWalkers = 2;
 template <int Threads, bool SortedRows>
 __host__ __device__ constexpr int one_batch_walkers() { return Threads == kMaxThreads && !SortedRows ? 2 : 1; }

@@ -118,9 +118,27 @@ cudaError_t launch_after_previous(KernelFn kernel, const LaunchConfig& c, const 
     return cudaLaunchKernelEx(&launch, kernel, a);
 }
 
+// The plan's part of the kernels' arguments (configure): everything but the pointers.
+KernelArgs kernel_constants(const KernelShape& s, const LaunchConfig& c) {
+    const int n = s.C * (s.W + s.R);
+    KernelArgs a{};
+    a.s = s;
+    a.scratch_per_block = c.scratch_per_block;
+    a.layout = chunk_layout(s, c.threads, c.smem_limit);
+    a.entry_bits = std::max(1, bit_width(static_cast<uint64_t>(n - 1)));
+    // Slots run to num_keys - 1; padding entries take the largest slot these bits hold
+    // (stage "load"), which sorts them last all the same: a padding entry's index is above
+    // every valid entry's. One bit less where num_keys is a power of two (S6: 32-bit keys).
+    a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys - 1));
+    a.div = Dividers{make_divider(s.W), make_divider(s.R), make_divider(s.W + s.R),
+                     make_divider(s.C), make_divider(s.gate_width), make_divider(s.rec_tile)};
+    a.lean = c.lean;
+    return a;
+}
+
 }  // namespace
 
-int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfig* config) {
+int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfig* config, KernelArgs* args) {
     int sms = 0;
     cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess) return e;
@@ -187,61 +205,32 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     e = static_cast<cudaError_t>(lean_configure(s, device, sms, &c.lean));
     if (e != cudaSuccess) return e;
     *config = c;
+    *args = kernel_constants(s, c);
     return cudaSuccess;
 }
 
 const char* kernel_name(const LaunchConfig& config) { return config.lean.threads != 0 ? "lean" : "general"; }
 
-int launch(const KernelShape& s, const LaunchConfig& config, const void* k_idx, const void* q_idx,
-           const void* k_val, const void* q_val, const float* g, const float* beta,
-           const void* stream_lengths, bool lengths64, const OutputBuffers& out, void* scratch,
-           DeviceStatus* status, uint64_t* chunk_value, uint64_t* wide_chunks, uint64_t* general_chunks,
-           void* stream) {
+int launch(const LaunchConfig& config, const KernelArgs& args, void* stream) {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
-    cudaError_t e = cudaMemsetAsync(status, 0xFF, sizeof(DeviceStatus), st);
-    if (e == cudaSuccess) e = cudaMemsetAsync(out.repeats, 0, sizeof(int64_t), st);
+    cudaError_t e = cudaMemsetAsync(args.status, 0xFF, sizeof(DeviceStatus), st);
+    if (e == cudaSuccess) e = cudaMemsetAsync(args.out.repeats, 0, sizeof(int64_t), st);
     if (e != cudaSuccess) return e;
-    const int n = s.C * (s.W + s.R);
-    KernelArgs a{};
-    a.s = s;
-    a.k_idx = k_idx;
-    a.q_idx = q_idx;
-    a.k_val = k_val;
-    a.q_val = q_val;
-    a.g = g;
-    a.beta = beta;
-    a.stream_lengths = stream_lengths;
-    a.lengths64 = lengths64;
-    a.out = out;
-    a.scratch = config.scratch_per_block != 0 ? static_cast<char*>(scratch) : nullptr;
-    a.scratch_per_block = config.scratch_per_block;
-    a.layout = chunk_layout(s, config.threads, config.smem_limit);
-    a.entry_bits = std::max(1, bit_width(static_cast<uint64_t>(n - 1)));
-    // Slots run to num_keys - 1; padding entries take the largest slot these bits hold
-    // (stage "load"), which sorts them last all the same: a padding entry's index is above
-    // every valid entry's. One bit less where num_keys is a power of two (S6: 32-bit keys).
-    a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys - 1));
-    a.div = Dividers{make_divider(s.W), make_divider(s.R), make_divider(s.W + s.R),
-                     make_divider(s.C), make_divider(s.gate_width), make_divider(s.rec_tile)};
-    a.status = status;
-    a.chunk_value = chunk_value;
-    a.wide_chunks = reinterpret_cast<unsigned long long*>(wide_chunks);
     if (config.lean.threads != 0) {
         // The lean kernel first; the main kernel computes the chunks it leaves (general_chunks).
-        a.lean = config.lean;
-        a.general_chunks = reinterpret_cast<unsigned long long*>(general_chunks);
-        a.lean_vec_ids = lean_ids_vectorized(s, k_idx, q_idx);
-        a.lean_vec_entries = lean_entries_vectorized(s, k_val, q_val, g, out);
-        lean_kernel_for(s)<<<config.lean.grid, config.lean.threads, config.lean.smem_bytes, st>>>(a);
+        KernelArgs a = args;
+        a.lean_vec_ids = lean_ids_vectorized(a.s, a.k_idx, a.q_idx);
+        a.lean_vec_entries = lean_entries_vectorized(a.s, a.k_val, a.q_val, a.g, a.out);
+        lean_kernel_for(a.s)<<<config.lean.grid, config.lean.threads, config.lean.smem_bytes, st>>>(a);
         e = cudaGetLastError();
         if (e == cudaSuccess) e = launch_after_previous(kernel_for(config), config, a, st);
     } else {
-        kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(a);
+        kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(args);
         e = cudaGetLastError();
     }
     if (e != cudaSuccess) return e;
     // Its blocks return at once where the main kernel listed no chunk.
-    return launch_after_previous(wide_log_kernel(config), config, a, st);
+    return launch_after_previous(wide_log_kernel(config), config, args, st);
 }
 
 }  // namespace cuda

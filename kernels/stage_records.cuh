@@ -171,7 +171,7 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
 // room (2-24 % slower).
 // `out`: a.out, or for the shipped-fields kernels shipped_fields_of(a.out), with which the
 // compiler drops the other fields' code (about 6 % of the kernel's instructions; S1 to S5
-// 3-6 % faster, bench/NOTES.md version 16).
+// 3-6 % faster on an H200: docs/performance.md, general kernel).
 template <bool SortedRows, class Arrays>
 __device__ __forceinline__ void write_records(const KernelArgs& a, const OutputBuffers& out, const Chunk& k,
                                               const Arrays& arr, const ChunkShared& sh) {

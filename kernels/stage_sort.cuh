@@ -117,7 +117,7 @@ __device__ __forceinline__ void sort_tile32(const KernelArgs& a, InterleavedKeys
 // a thread's span being one column of the interleaved layout (so a warp's stores at each
 // step are 32 consecutive keys). The thread first finds where its span starts in each run
 // by a merge-path search, then merges the span from the two runs' heads: one binary search
-// a span instead of one a key (S6: 1.09x faster, bench/NOTES.md version 13).
+// a span instead of one a key (S6 0.222 -> 0.199 ms on an H200: docs/performance.md, sort).
 constexpr int kMergeSpan = 8;
 static_assert(kMergeSpan == kScanItems, "a span is one column of the interleaved layout");
 

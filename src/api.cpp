@@ -4,11 +4,13 @@
 #include <exception>
 #include <new>
 
+#include "backend_registry.h"
 #include "cuda/architectures.h"
-#include "cuda/cuda_backend.h"
 #include "errors.h"
 #include "outputs.h"
+#include "options.h"
 #include "plan.h"
+#include "versioned_struct.h"
 #include "sdm/phase1.h"
 
 namespace {
@@ -133,23 +135,39 @@ sdm_p1_status sdm_p1_cuda_device_count(int32_t* count) {
     return guarded([&] {
         if (count == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_cuda_device_count: count is NULL");
         *count = 0;
-#if defined(SDM_P1_WITH_CUDA)
-        *count = sdm_p1::cuda::device_count(nullptr);
-#else
-        sdm_p1::fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE,
-                     "sdm_p1_cuda_device_count: this libsdmp1 was built without the CUDA backend");
-#endif
+        *count = sdm_p1::cuda_device_count("sdm_p1_cuda_device_count");
     });
 }
 
 sdm_p1_status sdm_p1_cuda_architectures(const char** list) {
     return guarded([&] {
         if (list == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_cuda_architectures: list is NULL");
-        *list = sdm_p1::cuda::built_architectures();
-#if !defined(SDM_P1_WITH_CUDA)
-        sdm_p1::fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE,
-                     "sdm_p1_cuda_architectures: this libsdmp1 was built without the CUDA backend");
-#endif
+        *list = sdm_p1::cuda::built_architectures();   // "" without the CUDA backend
+        sdm_p1::require_cuda("sdm_p1_cuda_architectures");
+    });
+}
+
+sdm_p1_status sdm_p1_desc_init(sdm_p1_desc* desc, size_t struct_size) {
+    return guarded([&] {
+        const sdm_p1_desc defaults = SDM_P1_DESC_INITIALIZER;
+        sdm_p1::init_struct("sdm_p1_desc_init", desc, struct_size, &defaults, sdm_p1::kDescLayout);
+    });
+}
+
+sdm_p1_status sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct_size) {
+    return guarded([&] {
+        const sdm_p1_inputs defaults = SDM_P1_INPUTS_INITIALIZER;
+        sdm_p1::init_struct("sdm_p1_inputs_init", inputs, struct_size, &defaults, sdm_p1::kInputsLayout);
+    });
+}
+
+sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* views, int32_t count) {
+    return guarded([&] {
+        if (views == nullptr || count < 0) {
+            sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_describe_outputs: views is NULL or count < 0");
+        }
+        const sdm_p1::OutputViews described = sdm_p1::describe_outputs(sdm_p1::resolve_options(desc));
+        for (int32_t f = 0; f < count && f < SDM_P1_FIELD_COUNT; ++f) views[f] = described[static_cast<size_t>(f)];
     });
 }
 

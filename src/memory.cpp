@@ -1,38 +1,11 @@
 #include "memory.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <utility>
 
-#include "checked_size.h"
 #include "errors.h"
 
 namespace sdm_p1 {
-
-namespace {
-
-constexpr size_t kHostAlign = 64;
-
-int host_alloc(void*, void** ptr, size_t bytes, void*) {
-    // aligned_alloc wants a multiple of the alignment; a size that cannot be rounded fails.
-    size_t rounded = 0;
-    if (!add_within(bytes, kHostAlign - 1, &rounded)) return 1;
-    *ptr = std::aligned_alloc(kHostAlign, rounded / kHostAlign * kHostAlign);
-    return *ptr == nullptr ? 1 : 0;
-}
-
-void host_free(void*, void* ptr, size_t, void*) { std::free(ptr); }
-
-}  // namespace
-
-sdm_p1_allocator default_allocator(sdm_p1_backend backend) {
-    if (backend != SDM_P1_BACKEND_CPU) {
-        fail(SDM_P1_ERROR_INTERNAL, "no default allocator for backend ", backend);
-    }
-    return sdm_p1_allocator{nullptr, host_alloc, host_free};
-}
-
-size_t required_alignment(sdm_p1_backend backend) { return backend == SDM_P1_BACKEND_CUDA ? 256 : 16; }
 
 Block::Block(const sdm_p1_allocator& allocator, size_t bytes, size_t align) : allocator_(allocator) {
     if (bytes == 0) return;

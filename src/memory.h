@@ -1,4 +1,4 @@
-// Memory of a plan: the caller's allocator, or the default one of the plan's backend.
+// A block of a plan's memory from an allocator (the caller's, or its backend's default).
 #ifndef SDM_P1_MEMORY_H
 #define SDM_P1_MEMORY_H
 
@@ -31,12 +31,6 @@ private:
     void* data_ = nullptr;
     size_t bytes_ = 0;
 };
-
-// The default allocator of a backend (aligned host memory for the CPU).
-sdm_p1_allocator default_allocator(sdm_p1_backend backend);
-
-// The alignment a backend needs of every block (the header documents it).
-size_t required_alignment(sdm_p1_backend backend);
 
 }  // namespace sdm_p1
 

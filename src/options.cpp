@@ -4,7 +4,7 @@
 #include <cstring>
 #include <thread>
 
-#include "cuda/cuda_backend.h"
+#include "backend_registry.h"
 #include "errors.h"
 #include "phase1_shared.h"
 #include "versioned_struct.h"
@@ -22,23 +22,6 @@ void require(bool ok, const char* field, int64_t value, const char* rule) {
 
 void require_supported(bool ok, const char* field, int64_t value, const char* rule) {
     if (!ok) fail(SDM_P1_ERROR_UNSUPPORTED, "sdm_p1_desc.", field, " = ", value, ": ", rule);
-}
-
-bool cuda_built() {
-#if defined(SDM_P1_WITH_CUDA)
-    return true;
-#else
-    return false;
-#endif
-}
-
-// AUTO's choice: the CUDA backend where it is built in and the machine has a device.
-bool cuda_usable() {
-#if defined(SDM_P1_WITH_CUDA)
-    return cuda::device_count(nullptr) > 0;
-#else
-    return false;
-#endif
 }
 
 }  // namespace
@@ -137,25 +120,7 @@ Options resolve_options(const sdm_p1_desc* desc) {
         }
     }
 
-    switch (d.backend) {
-        case SDM_P1_BACKEND_AUTO:
-            o.backend = cuda_usable() ? SDM_P1_BACKEND_CUDA : SDM_P1_BACKEND_CPU;
-            break;
-        case SDM_P1_BACKEND_CPU:
-            o.backend = SDM_P1_BACKEND_CPU;
-            break;
-        case SDM_P1_BACKEND_CUDA:
-            if (!cuda_built()) {
-                fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE,
-                     "sdm_p1_desc.backend = SDM_P1_BACKEND_CUDA, but this libsdmp1 was built "
-                     "without the CUDA backend (meson option cuda=disabled or no nvcc)");
-            }
-            o.backend = SDM_P1_BACKEND_CUDA;
-            break;
-        default:
-            fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.backend = ", d.backend,
-                 ": not an sdm_p1_backend");
-    }
+    o.backend = resolve_backend(d.backend);
     require(d.device >= SDM_P1_UNSET, "device", d.device, "must be a device ordinal or SDM_P1_UNSET");
     o.device = d.device;
 

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend_registry.h"
 #include "checked_size.h"
-#include "cpu/cpu_backend.h"
 #include "errors.h"
 #include "versioned_struct.h"
 
@@ -26,12 +26,6 @@ size_t output_block_bytes(const OutputViews& views) {
     return total;
 }
 
-#if !defined(SDM_P1_WITH_CUDA)
-[[noreturn]] void no_cuda() {
-    fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE, "this libsdmp1 was built without the CUDA backend");
-}
-#endif
-
 void require_input(const void* p, size_t align, const char* name) {
     if (p == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->", name, " is NULL");
     if (reinterpret_cast<uintptr_t>(p) % align != 0u) {
@@ -39,25 +33,6 @@ void require_input(const void* p, size_t align, const char* name) {
              " is not aligned to its element size (", align, " bytes)");
     }
 }
-
-#if defined(SDM_P1_WITH_CUDA)
-// A CUDA plan's input pointers and caller output buffers must be memory of its device.
-void require_device_memory(const sdm_p1_plan& plan, const sdm_p1_inputs& in, void* const* outputs,
-                           int32_t count) {
-    cuda::DevicePointerCheck check(plan.options.device);
-    check.require(in.k_idx, "inputs->", "k_idx");
-    check.require(in.q_idx, "inputs->", "q_idx");
-    check.require(in.k_val, "inputs->", "k_val");
-    check.require(in.q_val, "inputs->", "q_val");
-    check.require(in.g, "inputs->", "g");
-    if (plan.options.has(SDM_P1_DET_KSPA)) check.require(in.beta, "inputs->", "beta");
-    if (in.stream_lengths != nullptr) check.require(in.stream_lengths, "inputs->", "stream_lengths");
-    for (int f = 0; f < count; ++f) {
-        const sdm_p1_tensor& v = plan.views[static_cast<size_t>(f)];
-        if (v.requested && outputs[f] != nullptr) check.require(outputs[f], "the buffer of output ", v.name);
-    }
-}
-#endif
 
 }  // namespace
 
@@ -67,37 +42,17 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     Options& o = plan->options;
     plan->views = describe_outputs(o);
     const size_t output_bytes = output_block_bytes(plan->views);
-    size_t workspace_bytes = 0;
+    plan->backend = make_backend(o);
+    Backend& backend = *plan->backend;
+    backend.prepare(o, output_bytes);
+    const size_t workspace_bytes = backend.workspace_bytes();
+    if (workspace_bytes > kMaxBytes) too_large("the workspace");
     // The caller's allocator or the backend's default; the options keep it as given, which
     // is what sdm_p1_plan_desc reports.
-    sdm_p1_allocator allocator = o.allocator;
-    if (o.backend == SDM_P1_BACKEND_CPU) {
-        if (allocator.alloc == nullptr) allocator = default_allocator(o.backend);
-        workspace_bytes = cpu::workspace_bytes(o);
-        plan->workers = std::make_unique<cpu::WorkerPool>(o.num_threads - 1);
-    } else {
-#if defined(SDM_P1_WITH_CUDA)
-        o.device = cuda::resolve_device(o.device);
-        if (allocator.alloc == nullptr) allocator = cuda::default_allocator();
-#else
-        no_cuda();
-#endif
-    }
-#if defined(SDM_P1_WITH_CUDA)
-    // The device stays current while the plan allocates and configures.
-    std::unique_ptr<cuda::DeviceGuard> guard;
-    if (o.backend == SDM_P1_BACKEND_CUDA) {
-        guard = std::make_unique<cuda::DeviceGuard>(o.device);
-        plan->cuda = cuda::prepare(o, output_bytes);
-        workspace_bytes = plan->cuda.workspace_bytes;
-        cuda::log_plan(o, plan->cuda);
-    }
-#endif
-    if (workspace_bytes > kMaxBytes) too_large("the workspace");
-    const size_t align = required_alignment(o.backend);
-    plan->workspace = Block(allocator, workspace_bytes, align);
+    const sdm_p1_allocator allocator = o.allocator.alloc != nullptr ? o.allocator : backend.default_allocator();
+    plan->workspace = backend.allocate(allocator, workspace_bytes);
     if (o.output_mode == SDM_P1_OUTPUTS_PLAN) {
-        plan->outputs = Block(allocator, output_bytes, align);
+        plan->outputs = backend.allocate(allocator, output_bytes);
         char* p = static_cast<char*>(plan->outputs.data());
         for (sdm_p1_tensor& v : plan->views) {
             if (!v.requested) continue;
@@ -142,6 +97,16 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const
         require_input(in.stream_lengths, dt == SDM_P1_DTYPE_INT64 ? 8 : 4, "stream_lengths");
     }
 
+    InputRecord record{};
+    record.k_idx = in.k_idx;
+    record.q_idx = in.q_idx;
+    record.k_val = in.k_val;
+    record.q_val = in.q_val;
+    record.g = in.g;
+    record.beta = o.has(SDM_P1_DET_KSPA) ? in.beta : nullptr;
+    record.stream_lengths = in.stream_lengths;
+    record.lengths64 = in.stream_lengths_dtype == SDM_P1_DTYPE_INT64;
+
     // The output buffers, by field.
     if (count < 0 || count > SDM_P1_FIELD_COUNT || (outputs == nullptr && count != 0)) {
         fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: count = ", count,
@@ -164,44 +129,24 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const
             fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: the buffer of output '", v.name,
                  "' is not aligned to its element size (", align, " bytes)");
         }
+        record.caller_outputs[f] = InputRecord::CallerOutput{given, v.name};
     }
-    if (o.backend == SDM_P1_BACKEND_CPU) {
-        cpu::execute(o, in, output_buffers(buffers), plan.workspace.data(), *plan.workers);
-        return;
-    }
-#if defined(SDM_P1_WITH_CUDA)
-    const cuda::DeviceGuard guard(o.device);   // current for the checks' driver queries too
-    require_device_memory(plan, in, outputs, count);
-    cuda::execute(o, plan.cuda, in, output_buffers(buffers), plan.workspace.data(), stream);
+    record.out = output_buffers(buffers);
+    plan.backend->execute(o, record, plan.workspace.data(), stream);
     plan.executed = true;
-#else
-    (void)stream;
-    no_cuda();
-#endif
 }
 
 void check_execute_status(sdm_p1_plan& plan) {
-    // The CPU reports in execute; a plan never executed has nothing to report.
-    if (plan.options.backend != SDM_P1_BACKEND_CUDA || !plan.executed) return;
-#if defined(SDM_P1_WITH_CUDA)
-    const cuda::DeviceGuard guard(plan.options.device);
-    cuda::check_status(plan.options, plan.cuda, plan.workspace.data());
-#endif
+    // A plan never executed has nothing to report (the CPU reports in execute).
+    if (!plan.executed) return;
+    plan.backend->check_status(plan.options, plan.workspace.data());
 }
 
 }  // namespace sdm_p1
 
 sdm_p1_plan::~sdm_p1_plan() {
-#if defined(SDM_P1_WITH_CUDA)
-    if (options.backend == SDM_P1_BACKEND_CUDA && (outputs.data() != nullptr || workspace.data() != nullptr)) {
-        try {
-            const sdm_p1::cuda::DeviceGuard guard(options.device);
-            outputs = sdm_p1::Block();
-            workspace = sdm_p1::Block();
-        } catch (...) {
-            // The device could not be made current: free on the current one (the default
-            // allocator's cudaFree accepts any device's pointer).
-        }
+    if (backend != nullptr) {
+        backend->release(outputs);
+        backend->release(workspace);
     }
-#endif
 }

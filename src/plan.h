@@ -5,8 +5,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "cpu/worker_pool.h"
-#include "cuda/cuda_backend.h"
+#include "backend.h"
 #include "memory.h"
 #include "options.h"
 #include "outputs.h"
@@ -15,17 +14,15 @@
 struct sdm_p1_plan {
     sdm_p1::Options options;
     sdm_p1::OutputViews views;   // data set in SDM_P1_OUTPUTS_PLAN mode
+    std::unique_ptr<sdm_p1::Backend> backend;
     sdm_p1::Block outputs;       // every requested output, in one block (plan mode)
     sdm_p1::Block workspace;
-    sdm_p1::cuda::Prepared cuda;  // CUDA plans: launch configuration, workspace layout
     bool executed = false;        // an execute was enqueued (the data check exists)
-    // CPU plans: the num_threads - 1 workers (declared last: joined before the memory goes).
-    std::unique_ptr<sdm_p1::cpu::WorkerPool> workers;
 
     sdm_p1_plan() = default;
     sdm_p1_plan(const sdm_p1_plan&) = delete;
     sdm_p1_plan& operator=(const sdm_p1_plan&) = delete;
-    // Frees the plan's memory with its device current (CUDA).
+    // Frees the plan's memory through its backend (CUDA: with the plan's device current).
     ~sdm_p1_plan();
 };
 

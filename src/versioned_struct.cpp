@@ -1,6 +1,7 @@
 #include "versioned_struct.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstddef>
 #include <cstring>
 
@@ -39,5 +40,19 @@ void read_struct(const void* given, size_t size, void* known, const StructLayout
 }
 
 size_t bytes_to_write(size_t room, const StructLayout& s) { return std::min(room, s.known_bytes); }
+
+void init_struct(const char* who, void* out, size_t size, const void* defaults, const StructLayout& s) {
+    if (out == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": ", s.argument, " is NULL");
+    if (size < s.oldest_bytes || size > UINT32_MAX) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": struct_size = ", size, " must be the caller's sizeof, from the ",
+             s.oldest_bytes, " bytes of the oldest layout (1.0) to UINT32_MAX");
+    }
+    auto* bytes = static_cast<unsigned char*>(out);
+    const size_t known = std::min(size, s.known_bytes);
+    std::memcpy(bytes, defaults, known);
+    std::memset(bytes + known, 0, size - known);
+    const uint32_t struct_size = static_cast<uint32_t>(size);
+    std::memcpy(bytes, &struct_size, sizeof struct_size);
+}
 
 }  // namespace sdm_p1

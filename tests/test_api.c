@@ -684,6 +684,99 @@ static void test_hand_worked_chunk(void) {
     sdm_p1_plan_destroy(plan);
 }
 
+/* ---- 1.3: the initializers as functions, and a plan's outputs without the plan --------- */
+
+static void test_init_functions_and_describe(void) {
+    /* sdm_p1_desc_init writes exactly the macro's bytes for this header's struct. */
+    const sdm_p1_desc macro_desc = SDM_P1_DESC_INITIALIZER;
+    sdm_p1_desc fn_desc;
+    memset(&fn_desc, 0xAB, sizeof fn_desc);
+    CHECK(sdm_p1_desc_init(&fn_desc, sizeof fn_desc) == SDM_P1_SUCCESS);
+    CHECK(fn_desc.struct_size == macro_desc.struct_size && fn_desc.magic == macro_desc.magic);
+    CHECK(fn_desc.version == macro_desc.version && fn_desc.N == 0 && fn_desc.num_parallel == 1);
+    CHECK(fn_desc.valid_last == SDM_P1_UNSET && fn_desc.index_dtype == SDM_P1_DTYPE_INT32);
+    CHECK(fn_desc.value_dtype == SDM_P1_DTYPE_FLOAT32 && fn_desc.gate_width == 1);
+    CHECK(fn_desc.need_read_groups == SDM_P1_UNSET && fn_desc.det_fields == SDM_P1_UNSET);
+    CHECK(fn_desc.rec_tile == 0 && fn_desc.backend == SDM_P1_BACKEND_AUTO);
+    CHECK(fn_desc.device == SDM_P1_UNSET && fn_desc.num_threads == 0);
+    CHECK(fn_desc.output_mode == SDM_P1_OUTPUTS_PLAN && fn_desc.allocator.alloc == NULL);
+    /* Every byte of every field equal, padding aside: compare the fields' bytes one by one. */
+    CHECK(memcmp(&fn_desc.N, &macro_desc.N, offsetof(sdm_p1_desc, index_dtype) - offsetof(sdm_p1_desc, N)) == 0);
+
+    /* A newer caller's longer struct: the known fields, zero past them, its own size. */
+    NewerDesc nd;
+    memset(&nd, 0xAB, sizeof nd);
+    CHECK(sdm_p1_desc_init(&nd.desc, sizeof nd) == SDM_P1_SUCCESS);
+    CHECK(nd.desc.struct_size == sizeof nd && nd.desc.magic == SDM_P1_DESC_MAGIC);
+    CHECK(nd.newer[0] == 0 && nd.newer[1] == 0);
+    /* ... which then makes a plan like the macro's descriptor. */
+    nd.desc.N = TN;
+    nd.desc.C = TC;
+    nd.desc.W = TW;
+    nd.desc.R = TR;
+    nd.desc.num_keys = TKEYS;
+    nd.desc.backend = SDM_P1_BACKEND_CPU;
+    sdm_p1_plan* plan = NULL;
+    CHECK(sdm_p1_plan_create(&plan, &nd.desc) == SDM_P1_SUCCESS);
+    sdm_p1_plan_destroy(plan);
+    /* An older caller's 1.0 struct: nothing written past it. */
+    const size_t desc_10 = offsetof(sdm_p1_desc, allocator) + sizeof(sdm_p1_allocator);
+    memset(&nd, 0xAB, sizeof nd);
+    CHECK(sdm_p1_desc_init(&nd.desc, desc_10) == SDM_P1_SUCCESS);
+    CHECK(nd.desc.struct_size == desc_10 && nd.desc.output_mode == SDM_P1_OUTPUTS_PLAN);
+    CHECK(((const unsigned char*)&nd)[desc_10] == 0xAB);
+    /* Refused, writing nothing: NULL, below the 1.0 layout, past UINT32_MAX. */
+    memset(&nd, 0xAB, sizeof nd);
+    CHECK(sdm_p1_desc_init(NULL, sizeof nd) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(sdm_p1_desc_init(&nd.desc, desc_10 - 8) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "sdm_p1_desc_init: struct_size") != NULL);
+    CHECK(sdm_p1_desc_init(&nd.desc, (size_t)UINT32_MAX + 1u) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(nd.desc.struct_size == 0xABABABABu);
+
+    /* sdm_p1_inputs_init: the macro's values. */
+    sdm_p1_inputs fn_in;
+    memset(&fn_in, 0xAB, sizeof fn_in);
+    CHECK(sdm_p1_inputs_init(&fn_in, sizeof fn_in) == SDM_P1_SUCCESS);
+    CHECK(fn_in.struct_size == sizeof fn_in && fn_in.k_idx == NULL && fn_in.beta == NULL);
+    CHECK(fn_in.stream_lengths == NULL && fn_in.stream_lengths_dtype == 0 && fn_in.reserved == 0);
+    CHECK(sdm_p1_inputs_init(&fn_in, 8) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "sdm_p1_inputs_init") != NULL);
+
+    /* sdm_p1_describe_outputs: the views of the plan, data NULL, for several descriptors. */
+    const int64_t fields[3] = {SDM_P1_UNSET, SDM_P1_DET_ALL, SDM_P1_DET_POS};
+    for (int i = 0; i < 3; ++i) {
+        sdm_p1_desc d = problem_desc();
+        d.det_fields = fields[i];
+        d.value_dtype = i == 1 ? SDM_P1_DTYPE_BFLOAT16 : SDM_P1_DTYPE_FLOAT32;
+        d.need_read_groups = i == 2 ? 0 : 1;
+        sdm_p1_tensor described[SDM_P1_FIELD_COUNT + 1], planned[SDM_P1_FIELD_COUNT];
+        memset(described, 0, sizeof described);
+        CHECK(sdm_p1_describe_outputs(&d, described, SDM_P1_FIELD_COUNT + 1) == SDM_P1_SUCCESS);
+        CHECK(described[SDM_P1_FIELD_COUNT].name == NULL); /* past the fields: untouched */
+        CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+        CHECK(sdm_p1_outputs(plan, planned, SDM_P1_FIELD_COUNT) == SDM_P1_SUCCESS);
+        for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
+            const sdm_p1_tensor *a = &described[f], *b = &planned[f];
+            CHECK_MSG(strcmp(a->name, b->name) == 0 && a->dtype == b->dtype && a->requested == b->requested &&
+                          a->ndim == b->ndim && a->shape[0] == b->shape[0] && a->shape[1] == b->shape[1] &&
+                          a->shape[2] == b->shape[2] && a->bytes == b->bytes && a->data == NULL,
+                      b->name);
+        }
+        sdm_p1_plan_destroy(plan);
+    }
+    /* The same errors as sdm_p1_plan_create. */
+    sdm_p1_tensor v[2];
+    sdm_p1_desc bad = problem_desc();
+    bad.num_parallel = 3; /* does not divide N = 4 */
+    CHECK(sdm_p1_describe_outputs(&bad, v, 2) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "num_parallel") != NULL);
+    CHECK(sdm_p1_describe_outputs(NULL, v, 2) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    bad = problem_desc();
+    CHECK(sdm_p1_describe_outputs(&bad, NULL, 2) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(sdm_p1_describe_outputs(&bad, v, -1) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(sdm_p1_describe_outputs(&bad, v, 0) == SDM_P1_SUCCESS);
+}
+
 int main(void) {
     RUN(test_versions_and_statuses);
     RUN(test_cuda_architectures);
@@ -693,6 +786,7 @@ int main(void) {
     RUN(test_execute_errors);
     RUN(test_allocator_and_output_modes);
     RUN(test_struct_sizes);
+    RUN(test_init_functions_and_describe);
     RUN(test_size_limits);
     RUN(test_hand_worked_chunk);
     return test_summary();

@@ -76,13 +76,13 @@ extern "C" {
  * (generated from the build's project version and installed next to this header). The soname
  * is libsdmp1.so.<major>; minor releases only add. */
 #include "sdm/phase1_version.h"
-/* One number: major * 10000 + minor * 100 + patch (10200 for 1.2.0). */
+/* One number: major * 10000 + minor * 100 + patch (10300 for 1.3.0). */
 #define SDM_P1_VERSION_NUMBER \
     (SDM_P1_VERSION_MAJOR * 10000 + SDM_P1_VERSION_MINOR * 100 + SDM_P1_VERSION_PATCH)
 
 /* The version of the library actually loaded, as SDM_P1_VERSION_NUMBER. */
 SDM_P1_API unsigned sdm_p1_version_number(void);
-/* The same as a string, "1.2.0"; static storage. */
+/* The same as a string, "1.3.0"; static storage. */
 SDM_P1_API const char* sdm_p1_version_string(void);
 
 /* ---------------------------------------------------------------------------------------- */
@@ -529,6 +529,33 @@ SDM_P1_API sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
  * "sm_80 sm_90 sm_100 compute_100" for the release build (Meson option gpu_arch).
  * Without the CUDA backend: "" and SDM_P1_ERROR_BACKEND_UNAVAILABLE. Needs no device. */
 SDM_P1_API sdm_p1_status sdm_p1_cuda_architectures(const char** list);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Since 1.3                                                                                 */
+
+/* Fills *desc with SDM_P1_DESC_INITIALIZER's values, for callers that cannot use the macro
+ * (a binding that loads the library at run time, a language without C's initializers), as
+ * libgit2's git_clone_options_init. struct_size: the caller's sizeof(sdm_p1_desc), at least
+ * the 1.0 layout's and at most UINT32_MAX (else SDM_P1_ERROR_INVALID_ARGUMENT, nothing
+ * written). The library writes struct_size bytes: its defaults for the fields both headers
+ * have, zero for the fields of a newer header (whose defaults are zero by the struct-size
+ * rule); struct_size is set to the caller's size and version to this library's
+ * SDM_P1_VERSION_NUMBER. */
+SDM_P1_API sdm_p1_status sdm_p1_desc_init(sdm_p1_desc* desc, size_t struct_size);
+
+/* The same for sdm_p1_inputs and SDM_P1_INPUTS_INITIALIZER (every pointer NULL, the
+ * valid_last rule). */
+SDM_P1_API sdm_p1_status sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct_size);
+
+/* The output views a plan created from *desc would have, without creating it: views[f] for
+ * f < min(count, SDM_P1_FIELD_COUNT), indexed by sdm_p1_field, as sdm_p1_outputs gives them
+ * (name, dtype, requested, shape, bytes) with data NULL. *desc is validated as by
+ * sdm_p1_plan_create, with the same errors; nothing is allocated and no device is touched
+ * beyond what resolving SDM_P1_BACKEND_AUTO asks (the device count). For frameworks that
+ * need output shapes before any data exist (a tracer's fake tensors, an XLA custom call's
+ * result shapes). */
+SDM_P1_API sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* views,
+                                                 int32_t count);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,7 @@ T* take(char*& p, size_t count) {
 // Stage "load and check": reads and checks the chunk's ids and gates; fills the sort keys
 // and the fixed-point gates.
 // Entry e = t * (W + R) + j is write lane j (j < W) or read lane j - W of token t.
-InputError load_and_check(const Options& o, const sdm_p1_inputs& in, int64_t chunk, int t_valid,
+InputError load_and_check(const Options& o, const InputRecord& in, int64_t chunk, int t_valid,
                      uint64_t* sort_keys, Fix* gates) {
     const int W = o.W, R = o.R, WR = W + R;
     const int64_t id_base = (chunk % o.P) * o.stream_offset;
@@ -104,9 +104,9 @@ struct Chunk {
 
 // Chunk c's valid tokens: by its stream's length (checked by execute) where the inputs have
 // lengths, else all but in the streams' last chunks, which have valid_last.
-int valid_tokens(const Options& o, const sdm_p1_inputs& in, int64_t c) {
+int valid_tokens(const Options& o, const InputRecord& in, int64_t c) {
     if (in.stream_lengths == nullptr) return c >= o.N - o.P ? o.valid_last : o.C;
-    const int64_t length = load_id(in.stream_lengths, in.stream_lengths_dtype == SDM_P1_DTYPE_INT64, c % o.P);
+    const int64_t length = load_id(in.stream_lengths, in.lengths64, c % o.P);
     return chunk_valid_tokens(length, c / o.P, o.C);
 }
 
@@ -116,7 +116,7 @@ void sort_entries(const Chunk& k, const ChunkScratch& s) { std::sort(s.sort_keys
 
 // Stage "decode": the sorted row's payload words (with group heads), values, each entry's
 // position.
-void decode(const Chunk& k, const sdm_p1_inputs& in, const ChunkScratch& s) {
+void decode(const Chunk& k, const InputRecord& in, const ChunkScratch& s) {
     const Options& o = k.o;
     const int W = o.W, R = o.R, WR = W + R;
     uint64_t prev_key = 0;
@@ -208,11 +208,11 @@ void scan_backward(const Chunk& k, const ChunkScratch& s) {
 
 // Stage "records": every per-entry output, the sorted rows, records and indices (in sorted
 // order, through the shared write_entry_outputs), then the sorted payloads and the rank table.
-void write_records(const Chunk& k, const sdm_p1_inputs& in, const OutputBuffers& out,
+void write_records(const Chunk& k, const InputRecord& in, const OutputBuffers& out,
                    const ChunkScratch& s) {
     const Options& o = k.o;
     const ChunkFacts f{k.c, o.C, o.W, o.R, o.rec_tile, (k.c % o.P) * o.stream_offset, o.bf16,
-                       out.kspa ? in.beta : nullptr, make_divider(static_cast<uint32_t>(o.rec_tile))};
+                       in.beta, make_divider(static_cast<uint32_t>(o.rec_tile))};
     uint32_t jk = 0, jq = 0;   // index in the write / read row
     int32_t valid_groups = 0;  // valid groups that ended before (valid LAST writes)
     for (int r = 0; r < k.n; ++r) {
@@ -319,7 +319,7 @@ void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScratch& s) 
 
 // The stages in order; kernels/phase1.cu runs the same stages, under the same names, in one
 // thread block per chunk.
-__attribute__((flatten SDM_P1_FMA_CLONE)) ChunkResult compute_chunk(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
+__attribute__((flatten SDM_P1_FMA_CLONE)) ChunkResult compute_chunk(const Options& o, const InputRecord& in, const OutputBuffers& out,
                           int64_t c, const ChunkScratch& s) {
     const Chunk k{o, c, valid_tokens(o, in, c), o.n()};
     ChunkResult result{};

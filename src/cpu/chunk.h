@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../input_error.h"
+#include "../input_record.h"
 #include "../options.h"
 #include "../outputs.h"
 #include "../phase1_shared.h"
@@ -42,7 +43,7 @@ struct ChunkResult {
     InputError error;   // when found, the chunk's outputs are unspecified
 };
 
-ChunkResult compute_chunk(const Options& opt, const sdm_p1_inputs& in, const OutputBuffers& out,
+ChunkResult compute_chunk(const Options& opt, const InputRecord& in, const OutputBuffers& out,
                           int64_t chunk, const ChunkScratch& s);
 
 }  // namespace cpu

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cfenv>
+#include <cstdlib>
 #include <vector>
 
 #include "../checked_size.h"
@@ -12,6 +13,18 @@ namespace sdm_p1 {
 namespace cpu {
 
 namespace {
+
+constexpr size_t kHostAlign = 64;
+
+int host_alloc(void*, void** ptr, size_t bytes, void*) {
+    // aligned_alloc wants a multiple of the alignment; a size that cannot be rounded fails.
+    size_t rounded = 0;
+    if (!add_within(bytes, kHostAlign - 1, &rounded)) return 1;
+    *ptr = std::aligned_alloc(kHostAlign, rounded / kHostAlign * kHostAlign);
+    return *ptr == nullptr ? 1 : 0;
+}
+
+void host_free(void*, void* ptr, size_t, void*) { std::free(ptr); }
 
 // The arithmetic assumes IEEE round-to-nearest without flush-to-zero; a caller's process may
 // have changed that (e.g. code built with -ffast-math), so each worker sets the default
@@ -43,7 +56,7 @@ struct WorkerResult {
     InputError error{};
 };
 
-void worker(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out, void* scratch,
+void worker(const Options& o, const InputRecord& in, const OutputBuffers& out, void* scratch,
             SharedState& shared, WorkerResult& mine) {
     DefaultFloatEnv env;
     ChunkScratch s;
@@ -68,7 +81,7 @@ void worker(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out,
 // One execute's job, shared by the calling thread (worker 0) and the pool's workers.
 struct Job {
     const Options* o;
-    const sdm_p1_inputs* in;
+    const InputRecord* in;
     const OutputBuffers* out;
     char* workspace;
     size_t scratch_bytes;   // per worker
@@ -84,25 +97,28 @@ struct Job {
 
 }  // namespace
 
-size_t workspace_bytes(const Options& o) {
-    size_t bytes = 0;
-    if (!mul_within(static_cast<size_t>(o.num_threads), ChunkScratch::bytes(o), &bytes)) {
+void Backend::prepare(const Options& o, size_t) {
+    if (!mul_within(static_cast<size_t>(o.num_threads), ChunkScratch::bytes(o), &workspace_bytes_)) {
         too_large("the CPU workspace (", o.num_threads, " threads' scratch)");
     }
-    return bytes;
 }
 
-void execute(const Options& o, const sdm_p1_inputs& in, const OutputBuffers& out, void* workspace,
-             WorkerPool& pool) {
+sdm_p1_allocator Backend::default_allocator() const { return sdm_p1_allocator{nullptr, host_alloc, host_free}; }
+
+Block Backend::allocate(const sdm_p1_allocator& allocator, size_t bytes) const {
+    return Block(allocator, bytes, alignment());
+}
+
+void Backend::execute(const Options& o, const InputRecord& in, void* workspace, void*) {
+    const OutputBuffers& out = in.out;
     // Bad lengths are reported before any chunk runs (no output is written).
     if (in.stream_lengths != nullptr) {
-        const bool lengths64 = in.stream_lengths_dtype == SDM_P1_DTYPE_INT64;
-        const int64_t bad = first_bad_length(o, in.stream_lengths, lengths64);
-        if (bad >= 0) report_length_error(o, bad, load_id(in.stream_lengths, lengths64, bad));
+        const int64_t bad = first_bad_length(o, in.stream_lengths, in.lengths64);
+        if (bad >= 0) report_length_error(o, bad, load_id(in.stream_lengths, in.lengths64, bad));
     }
     Job job{&o, &in, &out, static_cast<char*>(workspace), ChunkScratch::bytes(o), {},
             std::vector<WorkerResult>(static_cast<size_t>(o.num_threads))};
-    pool.run(&Job::run, &job);
+    pool_.run(&Job::run, &job);
     const std::vector<WorkerResult>& results = job.results;
 
     int64_t repeats = 0;

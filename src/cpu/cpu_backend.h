@@ -4,23 +4,39 @@
 
 #include <cstddef>
 
-#include "../options.h"
-#include "../outputs.h"
-#include "sdm/phase1.h"
+#include "../backend.h"
 #include "worker_pool.h"
 
 namespace sdm_p1 {
 namespace cpu {
 
-// Workspace bytes a plan needs: one chunk's scratch per worker thread.
-size_t workspace_bytes(const Options& opt);
+class Backend final : public sdm_p1::Backend {
+public:
+    // A pool of num_threads - 1 workers beside the calling thread.
+    explicit Backend(int num_threads) : pool_(num_threads - 1) {}
 
-// Computes every chunk into `out` on the calling thread and the plan's pool (its
-// opt.num_threads - 1 workers). Throws Error (SDM_P1_ERROR_INVALID_INPUT) for the first bad
-// input in chunk order, SDM_P1_ERROR_OUT_OF_MEMORY when a worker cannot be started; the bits
-// never depend on opt.num_threads.
-void execute(const Options& opt, const sdm_p1_inputs& in, const OutputBuffers& out,
-             void* workspace, WorkerPool& pool);
+    // The workspace: one chunk's scratch per thread.
+    void prepare(const Options& o, size_t output_bytes) override;
+    size_t workspace_bytes() const override { return workspace_bytes_; }
+    size_t alignment() const override { return 16; }
+    // Host memory aligned to 64 bytes.
+    sdm_p1_allocator default_allocator() const override;
+    Block allocate(const sdm_p1_allocator& allocator, size_t bytes) const override;
+    void release(Block& block) const noexcept override { block = Block(); }
+
+    // Computes every chunk on the calling thread and the pool. Throws Error
+    // (SDM_P1_ERROR_INVALID_INPUT) for the first bad input in chunk order,
+    // SDM_P1_ERROR_OUT_OF_MEMORY when a worker cannot be started; the bits never depend on
+    // the number of threads. `stream` is unused.
+    void execute(const Options& o, const InputRecord& in, void* workspace, void* stream) override;
+
+    // The CPU reports bad data in execute: nothing is left to check.
+    void check_status(const Options&, void*) const override {}
+
+private:
+    size_t workspace_bytes_ = 0;
+    WorkerPool pool_;
+};
 
 }  // namespace cpu
 }  // namespace sdm_p1

@@ -121,6 +121,20 @@ KernelShape kernel_shape(const Options& o) {
     return s;
 }
 
+// SDMP1_LOG's line (Backend::prepare).
+void log_plan(const Options& o, const LaunchConfig& c) {
+    const char* const env = std::getenv("SDMP1_LOG");
+    if (env == nullptr || std::strcmp(env, "0") == 0) return;
+    const LeanLayout& l = c.lean;
+    std::fprintf(stderr, "libsdmp1: plan N=%lld C=%d W=%d R=%d keys=%lld: kernel %s", static_cast<long long>(o.N),
+                 o.C, o.W, o.R, static_cast<long long>(o.num_keys), kernel_name(c));
+    if (l.threads != 0) {
+        std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)",
+                     l.grid, l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
+    }
+    std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)\n", c.grid, c.threads, c.smem_bytes);
+}
+
 }  // namespace
 
 int device_count(std::string* why) {
@@ -171,38 +185,41 @@ int resolve_device(int requested) {
     return device;
 }
 
-Prepared prepare(const Options& o, size_t output_bytes) {
-    Prepared p;
-    const int e = configure(kernel_shape(o), o.device, output_bytes, &p.config);
+void Backend::prepare(const Options& o, size_t output_bytes) {
+    const DeviceGuard guard(device_);
+    const int e = configure(kernel_shape(o), device_, output_bytes, &config_, &args_);
     check(static_cast<cudaError_t>(e), "configuring the Phase 1 kernel");
     // Sized with the same checks as the outputs: a workspace past kMaxBytes refuses the plan.
     const char* what = "the CUDA workspace";
-    p.status_offset = 0;
-    p.value_offset = checked_align_up(sizeof(DeviceStatus), 256, what);
+    status_offset_ = 0;
+    value_offset_ = checked_align_up(sizeof(DeviceStatus), 256, what);
     const size_t values = checked_align_up(checked_mul(static_cast<size_t>(o.N), sizeof(uint64_t), what), 256, what);
-    p.wide_offset = checked_add(p.value_offset, values, what);
-    p.general_offset = checked_add(p.wide_offset, values, what);
-    p.scratch_offset = checked_add(p.general_offset, values, what);
-    const size_t scratch = checked_mul(static_cast<size_t>(p.config.grid), p.config.scratch_per_block, what);
-    p.workspace_bytes = checked_add(p.scratch_offset, scratch, what);
-    return p;
+    wide_offset_ = checked_add(value_offset_, values, what);
+    general_offset_ = checked_add(wide_offset_, values, what);
+    scratch_offset_ = checked_add(general_offset_, values, what);
+    const size_t scratch = checked_mul(static_cast<size_t>(config_.grid), config_.scratch_per_block, what);
+    workspace_bytes_ = checked_add(scratch_offset_, scratch, what);
+    log_plan(o, config_);
 }
 
-void log_plan(const Options& o, const Prepared& p) {
-    const char* const env = std::getenv("SDMP1_LOG");
-    if (env == nullptr || std::strcmp(env, "0") == 0) return;
-    const LaunchConfig& c = p.config;
-    const LeanLayout& l = c.lean;
-    std::fprintf(stderr, "libsdmp1: plan N=%lld C=%d W=%d R=%d keys=%lld: kernel %s", static_cast<long long>(o.N),
-                 o.C, o.W, o.R, static_cast<long long>(o.num_keys), kernel_name(c));
-    if (l.threads != 0) {
-        std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)",
-                     l.grid, l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
+sdm_p1_allocator Backend::default_allocator() const { return sdm_p1_allocator{nullptr, device_alloc, device_free}; }
+
+Block Backend::allocate(const sdm_p1_allocator& allocator, size_t bytes) const {
+    const DeviceGuard guard(device_);
+    return Block(allocator, bytes, alignment());
+}
+
+void Backend::release(Block& block) const noexcept {
+    if (block.data() == nullptr) return;
+    try {
+        const DeviceGuard guard(device_);
+        block = Block();
+    } catch (...) {
+        // The device could not be made current: free on the current one (the default
+        // allocator's cudaFree accepts any device's pointer).
+        block = Block();
     }
-    std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)\n", c.grid, c.threads, c.smem_bytes);
 }
-
-sdm_p1_allocator default_allocator() { return sdm_p1_allocator{nullptr, device_alloc, device_free}; }
 
 void require_device_pointer(const void* p, int device, const char* kind, const char* name) {
     cudaPointerAttributes attr{};
@@ -239,29 +256,49 @@ void DevicePointerCheck::require(const void* p, const char* kind, const char* na
     }
 }
 
-void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in, const OutputBuffers& out,
-             void* workspace, void* stream) {
+void Backend::execute(const Options&, const InputRecord& in, void* workspace, void* stream) {
+    const DeviceGuard guard(device_);   // current for the checks' driver queries too
+    DevicePointerCheck memory(device_);
+    memory.require(in.k_idx, "inputs->", "k_idx");
+    memory.require(in.q_idx, "inputs->", "q_idx");
+    memory.require(in.k_val, "inputs->", "k_val");
+    memory.require(in.q_val, "inputs->", "q_val");
+    memory.require(in.g, "inputs->", "g");
+    if (in.beta != nullptr) memory.require(in.beta, "inputs->", "beta");
+    if (in.stream_lengths != nullptr) memory.require(in.stream_lengths, "inputs->", "stream_lengths");
+    for (const InputRecord::CallerOutput& given : in.caller_outputs) {
+        if (given.data != nullptr) memory.require(given.data, "the buffer of output ", given.name);
+    }
     char* ws = static_cast<char*>(workspace);
-    const int e = launch(kernel_shape(o), p.config, in.k_idx, in.q_idx, in.k_val, in.q_val, in.g,
-                         out.kspa ? in.beta : nullptr, in.stream_lengths,
-                         in.stream_lengths_dtype == SDM_P1_DTYPE_INT64, out, ws + p.scratch_offset,
-                         reinterpret_cast<DeviceStatus*>(ws + p.status_offset),
-                         reinterpret_cast<uint64_t*>(ws + p.value_offset),
-                         reinterpret_cast<uint64_t*>(ws + p.wide_offset),
-                         reinterpret_cast<uint64_t*>(ws + p.general_offset), stream);
-    check(static_cast<cudaError_t>(e), "launching the Phase 1 kernel");
+    KernelArgs a = args_;
+    a.k_idx = in.k_idx;
+    a.q_idx = in.q_idx;
+    a.k_val = in.k_val;
+    a.q_val = in.q_val;
+    a.g = in.g;
+    a.beta = in.beta;
+    a.stream_lengths = in.stream_lengths;
+    a.lengths64 = in.lengths64;
+    a.out = in.out;
+    a.scratch = config_.scratch_per_block != 0 ? ws + scratch_offset_ : nullptr;
+    a.status = reinterpret_cast<DeviceStatus*>(ws + status_offset_);
+    a.chunk_value = reinterpret_cast<uint64_t*>(ws + value_offset_);
+    a.wide_chunks = reinterpret_cast<unsigned long long*>(ws + wide_offset_);
+    // Null: the main kernel computes every chunk (no lean kernel leaves it a list).
+    a.general_chunks = config_.lean.threads != 0 ? reinterpret_cast<unsigned long long*>(ws + general_offset_) : nullptr;
+    check(static_cast<cudaError_t>(launch(config_, a, stream)), "launching the Phase 1 kernel");
 }
 
-void check_status(const Options& o, const Prepared& p, void* workspace) {
+void Backend::check_status(const Options& o, void* workspace) const {
     char* ws = static_cast<char*>(workspace);
     DeviceStatus status{};
-    check(cudaMemcpy(&status, ws + p.status_offset, sizeof status, cudaMemcpyDeviceToHost),
+    check(cudaMemcpy(&status, ws + status_offset_, sizeof status, cudaMemcpyDeviceToHost),
           "cudaMemcpy (reading the data check)");
     if (status.bad_stream != ~0ull) {
         // The length error comes first, as on the CPU, which checks lengths before any chunk.
         const int64_t stream = static_cast<int64_t>(status.bad_stream);
         uint64_t length = 0;
-        check(cudaMemcpy(&length, ws + p.value_offset + static_cast<size_t>(stream) * sizeof(uint64_t),
+        check(cudaMemcpy(&length, ws + value_offset_ + static_cast<size_t>(stream) * sizeof(uint64_t),
                          sizeof length, cudaMemcpyDeviceToHost),
               "cudaMemcpy (reading the data check)");
         report_length_error(o, stream, static_cast<int64_t>(length));
@@ -270,7 +307,7 @@ void check_status(const Options& o, const Prepared& p, void* workspace) {
     const int64_t c = static_cast<int64_t>(status.key >> kStatusCodeBits);
     const uint32_t code = static_cast<uint32_t>(status.key & ((1u << kStatusCodeBits) - 1u));
     uint64_t bits = 0;
-    check(cudaMemcpy(&bits, ws + p.value_offset + static_cast<size_t>(c) * sizeof(uint64_t), sizeof bits,
+    check(cudaMemcpy(&bits, ws + value_offset_ + static_cast<size_t>(c) * sizeof(uint64_t), sizeof bits,
                      cudaMemcpyDeviceToHost),
           "cudaMemcpy (reading the data check)");
     const int WR = o.W + o.R;

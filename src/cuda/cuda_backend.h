@@ -8,8 +8,7 @@
 #include <string>
 
 #include "../../kernels/launch.h"
-#include "../options.h"
-#include "../outputs.h"
+#include "../backend.h"
 #include "sdm/phase1.h"
 
 namespace sdm_p1 {
@@ -32,35 +31,10 @@ private:
     bool changed_ = false;
 };
 
-// What a CUDA plan fixed at creation: its device, the kernel's launch configuration and
-// where its parts lie in the workspace.
-struct Prepared {
-    LaunchConfig config{};
-    size_t status_offset = 0;   // DeviceStatus
-    size_t value_offset = 0;    // uint64[N] bits of each chunk's first bad value
-    size_t wide_offset = 0;     // uint64[N] the chunks left to the wide-log kernel
-    size_t general_offset = 0;  // uint64[N] the chunks the lean kernel left to the main kernel
-    size_t scratch_offset = 0;  // global scratch of the blocks (config), if any
-    size_t workspace_bytes = 0;
-};
-
 // The device the plan runs on: desc's, or the current one (SDM_P1_UNSET); throws
 // BACKEND_UNAVAILABLE (no device, or none of the kernels' architectures runs on it) or
 // INVALID_ARGUMENT (no such device).
 int resolve_device(int requested);
-
-// Chooses the launch configuration and the workspace layout; `output_bytes` bounds the
-// global scratch. The plan's device must be current.
-Prepared prepare(const Options& o, size_t output_bytes);
-
-// Where the environment variable SDMP1_LOG is set (to anything but "0"), one line on
-// stderr: the plan's shape and the kernels its launch configuration runs (lean or general
-// first, blocks, threads, shared memory). For the benchmark and for whoever asks why a plan
-// runs at the speed it does; nothing else reads the environment.
-void log_plan(const Options& o, const Prepared& p);
-
-// cudaMalloc / cudaFree.
-sdm_p1_allocator default_allocator();
 
 // Throws INVALID_ARGUMENT unless p is device memory of `device`; the message names the field
 // as `kind` followed by `name` (e.g. "inputs->", "k_idx"), built only on failure.
@@ -89,14 +63,45 @@ private:
     int count_ = 0;
 };
 
-// Enqueues the plan's work on `stream`; the plan's device must be current.
-void execute(const Options& o, const Prepared& p, const sdm_p1_inputs& in,
-             const OutputBuffers& out, void* workspace, void* stream);
+// A CUDA plan's backend: its device, the launch configuration and the kernels' arguments
+// fixed at creation, and where their parts lie in the workspace.
+class Backend final : public sdm_p1::Backend {
+public:
+    explicit Backend(int device) : device_(device) {}
 
-// Reads the data check of the last execute (the caller has synchronized): returns normally
-// when the data were good, else throws INVALID_INPUT with the CPU backend's message. Only
-// for a plan executed at least once: before, the workspace holds no check.
-void check_status(const Options& o, const Prepared& p, void* workspace);
+    // Chooses the launch configuration, the kernels' constant arguments and the workspace
+    // layout (`output_bytes` bounds the global scratch), with the device current. Where the
+    // environment variable SDMP1_LOG is set (to anything but "0"), one line on stderr: the
+    // plan's shape and the kernels its configuration runs (lean or general first, blocks,
+    // threads, shared memory), for the benchmark and for whoever asks why a plan runs at the
+    // speed it does; nothing else reads the environment.
+    void prepare(const Options& o, size_t output_bytes) override;
+    size_t workspace_bytes() const override { return workspace_bytes_; }
+    size_t alignment() const override { return 256; }
+    // cudaMalloc / cudaFree.
+    sdm_p1_allocator default_allocator() const override;
+    Block allocate(const sdm_p1_allocator& allocator, size_t bytes) const override;
+    void release(Block& block) const noexcept override;
+
+    // Checks that the inputs and the caller's output buffers are memory of the plan's
+    // device, then enqueues the kernels on `stream` with the device current.
+    void execute(const Options& o, const InputRecord& in, void* workspace, void* stream) override;
+
+    // Reads the data check of the last execute: returns normally when the data were good,
+    // else throws INVALID_INPUT with the CPU backend's message.
+    void check_status(const Options& o, void* workspace) const override;
+
+private:
+    int device_;
+    LaunchConfig config_{};
+    KernelArgs args_{};         // every argument but the pointers of an execute
+    size_t status_offset_ = 0;   // DeviceStatus
+    size_t value_offset_ = 0;    // uint64[N] bits of each chunk's first bad value
+    size_t wide_offset_ = 0;     // uint64[N] the chunks left to the wide-log kernel
+    size_t general_offset_ = 0;  // uint64[N] the chunks the lean kernel left to the main kernel
+    size_t scratch_offset_ = 0;  // global scratch of the blocks (config_), if any
+    size_t workspace_bytes_ = 0;
+};
 
 }  // namespace cuda
 }  // namespace sdm_p1
