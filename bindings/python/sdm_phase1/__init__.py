@@ -5,7 +5,9 @@
 and JAX tensors on a GPU run on the CUDA backend of their device, on the framework's current
 stream, asynchronously, with outputs allocated by the framework (plans are cached per shape,
 options, device and stream). Device-side data errors surface with ``check=True`` or at the
-next :func:`synchronize`. :class:`Plan` reuses one CPU plan over many calls.
+next :func:`synchronize`. :class:`Plan` reuses one CPU plan over many calls. A failed library
+call raises a subclass of :class:`Phase1Error` per status code, each also a built-in exception
+(ValueError for bad arguments and data, MemoryError, RuntimeError for the backend and CUDA).
 ``stream_lengths`` gives each stream its own length; :mod:`sdm_phase1.layout`
 (``to_chunks``, ``chunk_tokens``, ``from_chunks``) maps batch-major [B, T, H, W] or packed (``cu_seqlens``)
 batches to and from the time-major chunks.
@@ -47,7 +49,16 @@ from ._constants import (
     SPAY_ENTRY_MASK,
     pos_pack,
 )
-from ._errors import Phase1Error
+from ._errors import (
+    BackendUnavailableError,
+    CudaError,
+    InternalError,
+    InvalidArgumentError,
+    InvalidInputError,
+    OutOfMemoryError,
+    Phase1Error,
+    UnsupportedError,
+)
 from ._forward import phase1_forward
 from ._gpu import (
     clear_plan_cache,
@@ -63,7 +74,7 @@ from ._plan import Plan
 from ._types import Phase1
 from .layout import chunk_tokens, from_chunks, to_chunks
 
-#: The loaded library's version string, e.g. "1.2.0".
+#: The loaded library's version string, e.g. "1.3.0".
 __version__ = _ffi.string(_lib.sdm_p1_version_string()).decode()
 #: The version of this Python package: that of the header its declarations mirror (the wheel's
 #: metadata carries the same, Meson's project version; the tests check both).
@@ -76,7 +87,9 @@ def version_number() -> int:
 
 
 __all__ = [
-    "phase1_forward", "Plan", "Phase1", "Phase1Error", "library_path", "version_number",
+    "phase1_forward", "Plan", "Phase1", "library_path", "version_number",
+    "Phase1Error", "InvalidArgumentError", "UnsupportedError", "InvalidInputError", "OutOfMemoryError",
+    "BackendUnavailableError", "CudaError", "InternalError",
     "synchronize", "plan_cache_info", "clear_plan_cache", "cuda_device_count", "cuda_architectures",
     "binding_version", "layout", "to_chunks", "chunk_tokens", "from_chunks",
     "bf16_from_float32", "bf16_to_float32", "pos_pack",

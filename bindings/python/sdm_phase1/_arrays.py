@@ -1,5 +1,6 @@
-"""Input arrays: checks the library cannot make (array-ness, ndim, dtype) and the conversion
-of host (NumPy) arrays into C-contiguous, aligned buffers with their sdm_p1_dtype codes.
+"""Input arrays: checks the library cannot make (array-ness, ndim, dtype, contiguity) and the
+host (NumPy) arrays as aligned buffers with their sdm_p1_dtype codes. A non-contiguous array
+is refused, as on every framework (inputs are read in place, never copied unseen).
 
 Host memory only (the CPU backend); GPU tensors take the device path (_gpu.py and the
 framework modules) before reaching here, so a GPU array met here is mixed with host arrays.
@@ -12,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._checks import lengths_dtype_code
+from ._checks import lengths_dtype_code, not_contiguous
 from ._library import ffi, lib
 
 __all__ = ["INDEX_CODES", "HostInputs", "prepare_inputs", "prepare_lengths", "index_dtype_code",
@@ -67,7 +68,11 @@ def _host_array(name: str, x, ndim: int, layout: str) -> np.ndarray:
         raise ValueError(f"{name}: not convertible to an array ({e})") from e
     if arr.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-D array {layout}, got shape {arr.shape}")
-    return np.require(arr, requirements=("C_CONTIGUOUS", "ALIGNED"))
+    if not arr.flags.c_contiguous:
+        raise not_contiguous(name, arr.shape, arr.strides, f"np.ascontiguousarray({name})")
+    # A misaligned array (a view into a byte buffer at an odd offset) is copied: the library
+    # reads elements of their own alignment, and np.ascontiguousarray would not fix it.
+    return np.require(arr, requirements=("ALIGNED",))
 
 
 @dataclass
@@ -111,7 +116,7 @@ class HostInputs:
 
 
 def prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta=None) -> HostInputs:
-    """Checks array-ness, ndim and dtypes, and makes C-contiguous aligned host arrays.
+    """Checks array-ness, ndim, contiguity and dtypes; returns the inputs as host arrays.
 
     Shapes are not compared here (see Plan and phase1_forward)."""
     k_idx = _host_array("k_idx", k_idx, 3, "[N, C, W]")
@@ -153,8 +158,8 @@ def prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta=None) -> HostInputs:
 
 def prepare_lengths(stream_lengths, num_parallel: int) -> Optional[np.ndarray]:
     """``stream_lengths`` (None, or num_parallel int32 / int64 lengths: an array or a list) as
-    a C-contiguous host array; ValueError for another rank, size or dtype. Their values are
-    checked by the library."""
+    a C-contiguous host array; ValueError for another rank, size or dtype, or a non-contiguous
+    array. Their values are checked by the library."""
     if stream_lengths is None:
         return None
     arr = _host_array("stream_lengths", stream_lengths, 1, "[num_parallel]")

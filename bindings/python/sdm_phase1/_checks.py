@@ -8,7 +8,8 @@ from typing import Dict, Optional, Tuple
 
 from ._library import lib
 
-__all__ = ["LAYOUTS", "check_rank", "check_dtypes", "check_agreement", "lengths_dtype_code"]
+__all__ = ["LAYOUTS", "check_rank", "check_dtypes", "check_agreement", "lengths_dtype_code",
+           "not_contiguous"]
 
 #: Rank and layout text of every input.
 LAYOUTS = {
@@ -29,6 +30,16 @@ def check_rank(name: str, shape: Tuple[int, ...]) -> None:
     ndim, layout = LAYOUTS[name]
     if len(shape) != ndim:
         raise ValueError(f"{name} must be a {ndim}-D array {layout}, got shape {tuple(shape)}")
+
+
+def not_contiguous(name: str, shape: Tuple[int, ...], strides: Tuple[int, ...], fix: str) -> ValueError:
+    """The error for an input that is not C-contiguous (row-major, dense). Every framework
+    refuses such inputs rather than copying them, so that no call copies its inputs unseen;
+    ``fix`` is the framework's way to make a contiguous copy, e.g. ``k_val.contiguous()``."""
+    return ValueError(
+        f"{name} is not contiguous (shape {tuple(shape)}, strides {tuple(strides)}): sdm_phase1 "
+        f"reads its inputs in place, without copying them; pass {fix}"
+    )
 
 
 def check_dtypes(dtypes: Dict[str, str]) -> Tuple[int, int]:

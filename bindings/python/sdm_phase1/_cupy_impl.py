@@ -9,11 +9,13 @@ Imported only when a CuPy array is passed (this module imports cupy).
 
 from __future__ import annotations
 
+from typing import Any, Dict, List
+
 import cupy
 import numpy
 
 from . import _gpu
-from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
+from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
 from ._fields import EMPTY_DTYPES, REPEATS
 from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
@@ -29,7 +31,7 @@ class _CupyWorkspace(_gpu.Workspace):
 
     def __init__(self, device: int):
         self.device = device
-        self.blocks = {}  # pointer -> cupy MemoryPointer, kept until free
+        self.blocks: Dict[int, Any] = {}  # pointer -> cupy MemoryPointer, kept until free
 
     def alloc(self, nbytes: int, stream: int) -> int:
         on = cupy.cuda.Stream.null if stream == 0 else cupy.cuda.ExternalStream(stream, self.device)
@@ -57,10 +59,7 @@ def _check_arrays(arrays: dict, device: int) -> None:
             )
         check_rank(name, a.shape)
         if not a.flags.c_contiguous:
-            raise ValueError(
-                f"{name} is not C-contiguous (shape {a.shape}, strides {a.strides}); sdm_phase1 "
-                f"reads inputs in place: pass cupy.ascontiguousarray({name})"
-            )
+            raise not_contiguous(name, a.shape, a.strides, f"cupy.ascontiguousarray({name})")
 
 
 def _make_plan(key, device, arrays, repeats, num_parallel, stream_offset, num_keys, valid_last,
@@ -98,7 +97,8 @@ def _lengths_arg(stream_lengths, device: int, num_parallel: int):
                          f"{device}: every array of a call must be on one device")
     code = lengths_dtype_code(stream_lengths.shape, stream_lengths.dtype.name, num_parallel)
     if not stream_lengths.flags.c_contiguous:
-        raise ValueError("stream_lengths is not C-contiguous; pass cupy.ascontiguousarray(stream_lengths)")
+        raise not_contiguous("stream_lengths", stream_lengths.shape, stream_lengths.strides,
+                             "cupy.ascontiguousarray(stream_lengths)")
     return stream_lengths.data.ptr, code
 
 
@@ -112,6 +112,9 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         arrays["beta"] = beta
     if not all(isinstance(a, cupy.ndarray) for a in arrays.values()):
         _check_arrays(arrays, device)  # raises
+    if valid_last is None and stream_lengths is not None:  # ignored there: C (the C API's unset)
+        check_rank("k_idx", k_idx.shape)
+        valid_last = k_idx.shape[1]
     (num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields,
      check) = key_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
                           rec_tile, det_fields, check, beta is not None)
@@ -138,7 +141,7 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         if check:
             stream.synchronize()
             plan.check_status()
-        by_field = [None] * (REPEATS + 1)
+        by_field: List[Any] = [None] * (REPEATS + 1)
         for (f, _, _, _), o in zip(plan.layout, outs):
             by_field[f] = o
         if repeats is not None:
@@ -151,4 +154,4 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
                 shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
                 a = cupy.empty(shape, dtype=_DTYPES[EMPTY_DTYPES[f]])
             fields.append(a)
-    return Phase1(*fields)
+    return Phase1._make(fields)

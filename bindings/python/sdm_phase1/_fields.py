@@ -1,27 +1,18 @@
 """Which outputs a call computes and their shapes and dtypes, from the options alone.
 
-This mirrors the views libsdmp1 reports (``sdm_p1_outputs``, documented per field in
-include/sdm/phase1.h); the PyTorch operator's fake implementation needs it, since it runs
-without the library. tests/test_gpu_common.py checks it against the library's views.
+The library describes them (``sdm_p1_describe_outputs``, documented per field in
+include/sdm/phase1.h) without a plan, so the PyTorch operator's fake implementation, which
+runs before any data exist, gets the library's own shapes. tests/test_package.py checks them
+against a plan's views.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import List, Tuple
 
-from ._constants import (
-    DET_DC_GIDX,
-    DET_FLAGS,
-    DET_KREC,
-    DET_KSPA,
-    DET_POS,
-    DET_QREC,
-    DET_QREC8,
-    DET_SPAY_K,
-    DET_SPAY_Q,
-    DET_SPAY_RANK,
-    DET_TILES,
-)
+from ._errors import check
+from ._library import ffi, lib
 
 __all__ = ["INT8", "INT32", "INT64", "FLOAT32", "VALUE", "REPEATS", "output_layout", "EMPTY_DTYPES"]
 
@@ -38,49 +29,42 @@ EMPTY_DTYPES = {6: INT8, 7: INT8, 18: INT32, 19: FLOAT32, 20: INT32, 21: INT32, 
                 23: INT32, 24: INT32, 25: INT32, 26: INT32, 27: INT32}
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def output_layout(N: int, C: int, W: int, R: int, det_fields: int, need_read_groups: bool,
-                  rec_tile: int) -> List[Tuple[int, Tuple[int, ...], int]]:
+def output_layout(N, C: int, W: int, R: int, det_fields: int, need_read_groups: bool,
+                  rec_tile: int) -> List[Tuple[int, Tuple, int]]:
     """(field id, shape, dtype) of every output the call computes, in field order, ending with
     ``repeats``; dtype is an sdm_p1_dtype code or :data:`VALUE`. ``rec_tile`` <= 0 means 128.
-    ``det_fields`` must already be resolved (no None)."""
-    L = rec_tile if rec_tile > 0 else 128
-    rg = bool(need_read_groups)
-    d = det_fields
-    row = _ceil(C * (W + R), 16) * 16
-    k_tiles = (N, _ceil(C * W, L) + 1)
-    fields = [
-        (0, (N, C, C), FLOAT32, True),  # a
-        (1, (N, C, C), FLOAT32, True),  # qk
-        (2, (N, C, W), FLOAT32, True),  # log_k
-        (3, (N, C, R), FLOAT32, True),  # log_q
-        (4, (N, C, W), FLOAT32, True),  # rex
-        (5, (N, C, W), VALUE, True),  # cpe
-        (6, (N, C, W), INT8, d & DET_FLAGS),  # is_last
-        (7, (N, C, W), INT8, d & DET_FLAGS),  # is_only
-        (8, (N, C, W), VALUE, True),  # k_eff
-        (9, (N, C, R), VALUE, True),  # q_w
-        (10, (N, row), INT32, True),  # payload
-        (11, (N, C, W), INT32, d & DET_POS),  # pos_k
-        (12, (N, C, R), INT32, d & DET_POS),  # pos_q
-        (13, (N, C, R), INT8, rg and d & DET_FLAGS),  # q_last
-        (14, (N, C, R), INT8, rg and d & DET_FLAGS),  # q_only
-        (15, (N, C * W), INT32, d & DET_SPAY_K),  # spay_k
-        (16, (N, C * R), INT32, rg and d & DET_SPAY_Q),  # spay_q
-        (17, (N, _ceil(C * (W + R), 32), 2), INT32, d & DET_SPAY_RANK),  # spay_rank
-        (18, (N, C * W, 4), INT32, d & DET_KREC),  # krec
-        (19, (N, C * W), FLOAT32, d & DET_KSPA),  # kspa
-        (20, (N, C * R, 4), INT32, rg and d & DET_QREC),  # qrec
-        (21, k_tiles, INT32, d & DET_TILES),  # tiles_k
-        (22, (N, _ceil(C * R, L) + 1), INT32, rg and d & DET_TILES),  # tiles_q
-        (23, k_tiles, INT32, d & DET_TILES),  # segb_k
-        (24, (N, C, W), INT32, d & DET_DC_GIDX),  # dc_kpos
-        (25, (N, _ceil(C * W, 32) + 1), INT32, d & DET_DC_GIDX),  # dc_bpre
-        # 26, dc_rec: never computed
-        (27, (N, C * R, 2), INT32, rg and d & DET_QREC8),  # qrec8
-        (REPEATS, (1,), INT64, True),
-    ]
-    return [(f, shape, dtype) for f, shape, dtype, on in fields if on]
+    ``det_fields`` must already be resolved (no None). The library says
+    (sdm_p1_describe_outputs), without a plan or any memory; a bad option raises its
+    :class:`Phase1Error`. Every field but ``repeats`` is N chunks of a chunk's shape, so N
+    may be symbolic (a torch SymInt under dynamic shapes); C, W and R are read as ints."""
+    return [(f, shape if f == REPEATS else (N,) + shape, dtype)
+            for f, shape, dtype in _chunk_layout(int(C), int(W), int(R), int(det_fields),
+                                                 bool(need_read_groups), int(rec_tile))]
+
+
+@functools.lru_cache(maxsize=256)
+def _chunk_layout(C: int, W: int, R: int, det_fields: int, need_read_groups: bool,
+                  rec_tile: int) -> List[Tuple[int, Tuple[int, ...], int]]:
+    """output_layout's fields with each shape's leading N dropped (``repeats`` whole), from
+    the library's views of a one-chunk plan."""
+    desc = ffi.new("sdm_p1_desc*")
+    check("sdm_p1_desc_init", lib.sdm_p1_desc_init(desc, ffi.sizeof("sdm_p1_desc")))
+    desc.N, desc.C, desc.W, desc.R = 1, C, W, R
+    desc.num_keys = 1  # any valid count: shapes do not depend on it
+    desc.det_fields = det_fields
+    desc.need_read_groups = 1 if need_read_groups else 0
+    desc.rec_tile = max(rec_tile, 0)
+    # bfloat16 values: the value-typed fields are then the only bfloat16 ones (VALUE).
+    desc.value_dtype = lib.SDM_P1_DTYPE_BFLOAT16
+    desc.backend = lib.SDM_P1_BACKEND_CPU  # shapes are the same on every backend
+    views = ffi.new("sdm_p1_tensor[]", lib.SDM_P1_FIELD_COUNT)
+    check("sdm_p1_describe_outputs", lib.sdm_p1_describe_outputs(desc, views, lib.SDM_P1_FIELD_COUNT))
+    layout = []
+    for f in range(lib.SDM_P1_FIELD_COUNT):
+        v = views[f]
+        if not v.requested:
+            continue
+        dtype = VALUE if v.dtype == lib.SDM_P1_DTYPE_BFLOAT16 else int(v.dtype)
+        shape = tuple(int(v.shape[d]) for d in range(v.ndim))
+        layout.append((f, shape if f == REPEATS else shape[1:], dtype))
+    return layout

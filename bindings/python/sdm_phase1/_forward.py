@@ -52,7 +52,7 @@ def phase1_forward(
     num_parallel: int,
     stream_offset: int,
     num_keys: int,
-    valid_last: int,
+    valid_last: Optional[int] = None,
     need_read_groups: bool = True,
     beta=None,
     rec_tile: int = 0,
@@ -102,7 +102,8 @@ def phase1_forward(
             + num_keys); stream_offset >= 0, num_keys in 1..2**32.
         valid_last: valid tokens in the last chunk of each stream, 1..C; the last
             num_parallel chunks are the streams' last chunks. Later tokens are padding: their
-            ids, values and gates are never read. Ignored with ``stream_lengths``.
+            ids, values and gates are never read. Required without ``stream_lengths``; with
+            them it is ignored and may be left out.
         need_read_groups: compute q_last, q_only, spay_q, qrec, qrec8 and tiles_q.
         beta: [N, C] float32, needed by kspa.
         rec_tile: tile length of tiles_k / tiles_q / segb_k, up to 2**20; <= 0: 128.
@@ -113,7 +114,7 @@ def phase1_forward(
         num_threads: CPU threads, >= 1, at most the hardware's count; None or 0: that count.
             Results do not depend on it. Ignored on a GPU.
         check: GPU tensors only: wait for the stream, then raise the device-side data check's
-            :class:`Phase1Error` (ids out of range, bad gates, lengths out of range) at this
+            :class:`InvalidInputError` (ids out of range, bad gates, lengths out of range) at this
             call. Off by default so the call stays asynchronous; such errors then surface at
             the next :func:`sdm_phase1.synchronize`. The CPU backend always raises them at once.
         stream_lengths: None (the valid_last rule), or [num_parallel] int32 or int64 lengths
@@ -123,7 +124,7 @@ def phase1_forward(
             stream_lengths[s] valid tokens, in 0..steps * C with steps = N / num_parallel, so
             chunk c has clamp(stream_lengths[c % num_parallel] - (c // num_parallel) * C, 0,
             C) valid tokens (a chunk with none gives the neutral outputs of padding). A length
-            out of range raises Phase1Error (on a GPU: as the data check above).
+            out of range raises InvalidInputError (on a GPU: as the data check above).
             :func:`sdm_phase1.layout.to_chunks` makes them from batch-major sequences.
 
     Returns:
@@ -133,11 +134,16 @@ def phase1_forward(
 
     Raises:
         TypeError, ValueError: an input is not an array of the right kind, rank, dtype, device
-            or contiguity (GPU inputs are read in place: non-contiguous ones are refused), the
-            shapes disagree, or an option has another type or lies outside its range.
+            or contiguity (inputs are read in place, for every framework: a non-contiguous one
+            is refused, never copied), the shapes disagree, or an option has another type or
+            lies outside its range.
         RuntimeError: (PyTorch) an input requires grad while autograd records.
-        Phase1Error: the library refused the call (limits, options, ids out of range,
-            non-finite or too large gates, kspa without beta, ...); ``.status`` names it.
+        Phase1Error: the library refused the call; ``.status`` names why, and the subclass
+            says it with a built-in base: InvalidArgumentError (options, kspa without beta,
+            ...) and InvalidInputError (ids out of range, bad gates or lengths) are
+            ValueErrors, UnsupportedError (limits) a NotImplementedError and ValueError,
+            OutOfMemoryError a MemoryError, BackendUnavailableError, CudaError and
+            InternalError RuntimeErrors.
     """
     framework = framework_of(k_idx)
     if framework is not None:
@@ -158,6 +164,8 @@ def phase1_forward(
     if x.beta is not None:
         shapes["beta"] = x.beta.shape
     N, C, W, R, gate_width = check_agreement(shapes)
+    if valid_last is None and stream_lengths is not None:  # ignored there: C (the C API's unset)
+        valid_last = C
     o = call_options(C, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
                      rec_tile, det_fields, beta is not None)
     threads = optional_int("num_threads", num_threads, 0,
@@ -176,17 +184,17 @@ def phase1_forward(
     options = (N, C, W, R, o.num_parallel, o.stream_offset, o.num_keys, o.valid_last,
                x.index_dtype, x.value_dtype, gate_width, o.need_read_groups, o.det_fields,
                o.rec_tile)
-    plan = get_plan_for(("numpy", -1, 0, threads) + options, options, lambda: None,
-                        backend=lib.SDM_P1_BACKEND_CPU, num_threads=threads)
-    block = np.empty(plan.block_bytes, np.uint8)
+    cached = get_plan_for(("numpy", -1, 0, threads) + options, options, lambda: None,
+                          backend=lib.SDM_P1_BACKEND_CPU, num_threads=threads)
+    block = np.empty(cached.block_bytes, np.uint8)
     lengths = x.stream_lengths
-    plan.execute_block(x.k_idx.ctypes.data, x.q_idx.ctypes.data, x.k_val.ctypes.data,
-                       x.q_val.ctypes.data, x.g.ctypes.data,
-                       0 if x.beta is None else x.beta.ctypes.data, block.ctypes.data,
-                       0 if lengths is None else lengths.ctypes.data,
-                       0 if lengths is None else INDEX_CODES[lengths.dtype])
+    cached.execute_block(x.k_idx.ctypes.data, x.q_idx.ctypes.data, x.k_val.ctypes.data,
+                         x.q_val.ctypes.data, x.g.ctypes.data,
+                         0 if x.beta is None else x.beta.ctypes.data, block.ctypes.data,
+                         0 if lengths is None else lengths.ctypes.data,
+                         0 if lengths is None else INDEX_CODES[lengths.dtype])
     arrays = [None] * lib.SDM_P1_FIELD_COUNT
-    for f, shape, dt, offset in plan.layout:
+    for f, shape, dt, offset in cached.layout:
         arrays[f] = np.ndarray(shape, DTYPES[dt], buffer=block, offset=offset)
     return host_result(arrays, repeats, x.value_view, C, W)
 

@@ -124,7 +124,7 @@ class CachedPlan:
             cause = workspace.error if workspace is not None else None
             if cause is not None:
                 message = f"{e.message} (the allocator raised: {cause!r})"
-                raise Phase1Error(e.function, e.code, e.status, message) from cause
+                raise type(e)(e.function, e.code, e.status, message) from cause
             raise
         self.fields = [(f, v[2], v[1]) for f, v in enumerate(views) if v is not None]
         self.layout = []
@@ -155,7 +155,7 @@ class CachedPlan:
                 outputs: Sequence[int], lengths: int = 0, lengths_dtype: int = 0) -> None:
         """Enqueues the plan on its stream (CPU: runs it): input pointers, then one output
         pointer per entry of ``fields``; ``lengths``: the stream_lengths pointer (0: none) and
-        its sdm_p1_dtype. Raises Phase1Error when the library refuses the call."""
+        its sdm_p1_dtype. Raises a Phase1Error subclass when the library refuses the call."""
         with self.lock:
             o = self._outs
             for (f, _, _), p in zip(self.fields, outputs):
@@ -192,7 +192,7 @@ class CachedPlan:
 
     def check_status(self) -> None:
         """The data check of the last execute; call after its stream has been synchronized.
-        Raises Phase1Error (SDM_P1_ERROR_INVALID_INPUT) with the CPU backend's message."""
+        Raises InvalidInputError (SDM_P1_ERROR_INVALID_INPUT) with the CPU backend's message."""
         if not hasattr(lib, "sdm_p1_execute_status"):
             raise RuntimeError("the loaded libsdmp1 is older than 1.1 (no sdm_p1_execute_status)")
         with self.lock:
@@ -288,7 +288,7 @@ def get_plan_for(key: tuple, options: tuple, make_workspace: Callable[[], Option
         plan = CachedPlan(key, values, stream, make_workspace())
     except Phase1Error as e:
         if capturing:
-            raise Phase1Error(
+            raise type(e)(
                 e.function, e.code, e.status,
                 f"{e.message}. sdm_phase1 could not create a plan during CUDA graph capture: "
                 "call it once with the same shapes and options before capturing (a warm-up "
@@ -318,7 +318,7 @@ def _take_other_stream(key: tuple) -> Optional[CachedPlan]:
 
 def synchronize() -> None:
     """Waits for the device work of every sdm_phase1 call on a GPU that has not been checked
-    yet, then raises :class:`Phase1Error` if the last call of any plan met bad data (ids out
+    yet, then raises :class:`InvalidInputError` if the last call of any plan met bad data (ids out
     of range, bad gates), with the message the CPU backend gives for the same data.
 
     This is where device-side data errors surface when the calls ran with ``check=False``
@@ -329,7 +329,8 @@ def synchronize() -> None:
         plans = [p for p in _cache.plans.values() if p.pending]
     first: Optional[Phase1Error] = None
     for plan in plans:
-        plan.workspace.sync()  # pending plans are those with a workspace (CUDA)
+        assert plan.workspace is not None  # pending plans are those with a workspace (CUDA)
+        plan.workspace.sync()
         try:
             plan.check_status()
         except Phase1Error as e:

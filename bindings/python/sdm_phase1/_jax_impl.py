@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import ctypes
 import weakref
+from typing import Any, Dict, List, cast
 
 import jax
 import jax.dlpack
 import jax.numpy as jnp
 
 from . import _gpu
-from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
+from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
 from ._dlpack import KDL_CUDA, capsule_pointer, read_capsule
 from ._fields import EMPTY_DTYPES, REPEATS
 from ._options import call_options, require_bool
@@ -105,8 +106,8 @@ class _JaxWorkspace(_gpu.Workspace):
     def __init__(self, device, stream: int):
         self.device = device
         self.stream = stream
-        self.blocks = {}
-        self.last = None  # a tiny output of the plan's last call, to wait for its work
+        self.blocks: Dict[int, tuple] = {}  # aligned pointer -> (array, capsule), kept until free
+        self.last: Any = None  # a tiny output of the plan's last call, to wait for its work
 
     def alloc(self, nbytes: int, stream: int) -> int:
         arr = jnp.empty((nbytes + 256,), jnp.uint8, device=self.device)
@@ -142,8 +143,7 @@ def _export(name: str, x, stream: int, device_id: int):
         )
     check_rank(name, info.shape)
     if not info.contiguous:
-        raise ValueError(f"{name} is not in row-major layout (strides {info.strides}); "
-                         "sdm_phase1 reads inputs in place")
+        raise not_contiguous(name, info.shape, info.strides, f"jnp.copy({name})")
     return capsule, info
 
 
@@ -168,6 +168,8 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
     info = {n: e[1] for n, e in exported.items()}
     index, value = check_dtypes({n: i.dtype for n, i in info.items()})
     N, C, W, R, gate_width = check_agreement({n: i.shape for n, i in info.items()})
+    if valid_last is None and stream_lengths is not None:  # ignored there: C (the C API's unset)
+        valid_last = C
     o = call_options(C, num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
                      rec_tile, det_fields, beta is not None)
     check = require_bool("check", check)
@@ -188,11 +190,11 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
     beta_ptr = info["beta"].ptr if beta is not None else 0
     plan.execute(info["k_idx"].ptr, info["q_idx"].ptr, info["k_val"].ptr, info["q_val"].ptr,
                  info["g"].ptr, beta_ptr, [p for _, p in outs], *lengths)
-    by_field = [None] * (REPEATS + 1)
+    by_field: List[Any] = [None] * (REPEATS + 1)
     ordered: set = set()
     for (f, _, _), (capsule, _) in zip(plan.fields, outs):
         by_field[f] = jax.dlpack.from_dlpack(_Offer(capsule, device_id, stream, ordered))
-    plan.workspace.last = by_field[REPEATS]
+    cast(_JaxWorkspace, plan.workspace).last = by_field[REPEATS]
     # JAX frees an input's memory as soon as its array and capsule are gone, without waiting
     # for work on S: keep the input capsules until the first output is released.
     try:
@@ -210,7 +212,7 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
             shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
             a = _empty(shape, EMPTY_DTYPES[f], device)
         fields.append(a)
-    return Phase1(*fields)
+    return Phase1._make(fields)
 
 
 class _PlanData:

@@ -22,9 +22,9 @@ ENV_VAR = "SDMP1_LIBRARY"
 #: preprocessor logic.
 CDEF = r"""
 #define SDM_P1_VERSION_MAJOR 1
-#define SDM_P1_VERSION_MINOR 2
+#define SDM_P1_VERSION_MINOR 3
 #define SDM_P1_VERSION_PATCH 0
-#define SDM_P1_VERSION_NUMBER 10200
+#define SDM_P1_VERSION_NUMBER 10300
 
 unsigned sdm_p1_version_number(void);
 const char* sdm_p1_version_string(void);
@@ -182,6 +182,11 @@ sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan);
 sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
 
 sdm_p1_status sdm_p1_cuda_architectures(const char** list);
+
+sdm_p1_status sdm_p1_desc_init(sdm_p1_desc* desc, size_t struct_size);
+sdm_p1_status sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct_size);
+sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* views,
+                                      int32_t count);
 """
 
 #: The library major version this binding speaks.

@@ -64,6 +64,9 @@ def call_options(C: Optional[int], num_parallel, stream_offset, num_keys, valid_
                  need_read_groups, rec_tile, det_fields, beta_given: bool) -> CallOptions:
     """Checks phase1_forward's options (ranges as its docstring gives them; valid_last in 1..C
     when C is known) and resolves det_fields (None: DET_SHIPPED, plus DET_RECORDS with beta)."""
+    if valid_last is None:
+        raise TypeError("valid_last must be an int, got NoneType None (it may be left out only "
+                        "with stream_lengths)")
     vl_rule = "in 1..C" + ("" if C is None else f" = 1..{C}")
     vl = require_int("valid_last", valid_last, 1, C, vl_rule)
     if det_fields is None:

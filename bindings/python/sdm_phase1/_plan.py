@@ -4,7 +4,7 @@ output arrays per call (the plan runs in SDM_P1_OUTPUTS_CALLER mode)."""
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -77,10 +77,9 @@ def desc_values(*, N, C, W, R, num_parallel, stream_offset, num_keys, valid_last
 
 
 def _new_desc():
+    """A descriptor holding the library's defaults (sdm_p1_desc_init: SDM_P1_DESC_INITIALIZER)."""
     desc = ffi.new("sdm_p1_desc*")
-    desc.struct_size = ffi.sizeof("sdm_p1_desc")
-    desc.magic = lib.SDM_P1_DESC_MAGIC
-    desc.version = lib.SDM_P1_VERSION_NUMBER
+    check("sdm_p1_desc_init", lib.sdm_p1_desc_init(desc, ffi.sizeof("sdm_p1_desc")))
     return desc
 
 
@@ -89,7 +88,7 @@ def create_plan(values: dict, allocator=None):
 
     ``allocator``: an ``sdm_p1_allocator*`` or None (the library's). ``views`` has one entry
     per field id: None when not computed, else (name, sdm_p1_dtype, shape, bytes).
-    Raises ValueError (a value outside its C field) or :class:`Phase1Error`.
+    Raises ValueError (a value outside its C field) or a :class:`Phase1Error` subclass.
     """
     desc = _new_desc()
     for name, value in values.items():
@@ -112,7 +111,7 @@ def create_plan(values: dict, allocator=None):
     except BaseException:
         lib.sdm_p1_plan_destroy(plan)
         raise
-    views = []
+    views: List[Optional[Tuple[str, int, Tuple[int, ...], int]]] = []
     for f in range(count):
         v = raw[f]
         if not v.requested:
@@ -185,7 +184,8 @@ class Plan:
         device: CUDA device ordinal; None: the current device.
 
     Raises:
-        Phase1Error: the library refused the shapes or options (its message says why).
+        Phase1Error: the library refused the shapes or options (its message says why): an
+            InvalidArgumentError, UnsupportedError (limits) or BackendUnavailableError.
     """
 
     def __init__(
@@ -256,8 +256,9 @@ class Plan:
 
         Arguments as in :func:`phase1_forward` (``stream_lengths``: per-stream lengths given
         at each execute, so one plan serves every length vector). Raises ValueError for
-        arrays of a wrong dtype or shape, :class:`Phase1Error` when the library refuses the
-        data (ids out of range, bad gates, lengths out of range, kspa without beta, ...).
+        arrays of a wrong dtype, shape or contiguity; :class:`InvalidInputError` when the
+        library refuses the data (ids out of range, bad gates, lengths out of range),
+        :class:`InvalidArgumentError` for kspa without beta.
         """
         x = prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta)
         x.stream_lengths = prepare_lengths(stream_lengths, self._desc["num_parallel"])
@@ -287,7 +288,7 @@ class Plan:
 
         count = lib.SDM_P1_FIELD_COUNT
         outs = ffi.new("void*[]", count)
-        arrays = [None] * count
+        arrays: List[Optional[np.ndarray]] = [None] * count
         keep = []
         for f, view in enumerate(self._views):
             if view is None:

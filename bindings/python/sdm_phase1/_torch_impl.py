@@ -15,12 +15,12 @@ Imported only when a torch tensor is passed (this module imports torch).
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List, Tuple
 
 import torch
 
 from . import _gpu
-from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
+from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
 from ._fields import EMPTY_DTYPES, REPEATS
 from ._library import lib
 from ._options import call_options, key_options
@@ -97,10 +97,7 @@ def _check_tensors(tensors: dict, device: torch.device) -> None:
             )
         check_rank(name, t.shape)
         if not t.is_contiguous():
-            raise ValueError(
-                f"{name} is not contiguous (shape {tuple(t.shape)}, strides {t.stride()}); sdm_phase1 "
-                f"reads inputs in place: pass {name}.contiguous()"
-            )
+            raise not_contiguous(name, t.shape, t.stride(), f"{name}.contiguous()")
 
 
 def check_repeats(repeats, device) -> None:
@@ -130,7 +127,8 @@ def lengths_arg(stream_lengths, device: torch.device, num_parallel: int):
                          "every tensor of a call must be on one device")
     code = lengths_dtype_code(tuple(stream_lengths.shape), _dtype_name(stream_lengths), num_parallel)
     if not stream_lengths.is_contiguous():
-        raise ValueError("stream_lengths is not contiguous; pass stream_lengths.contiguous()")
+        raise not_contiguous("stream_lengths", stream_lengths.shape, stream_lengths.stride(),
+                             "stream_lengths.contiguous()")
     return stream_lengths.data_ptr(), code
 
 
@@ -145,7 +143,8 @@ class _PlanData:
         self.views = []  # (index into dtypes, shape, strides, offset in elements)
         for _, shape, dt, offset in plan.layout:
             dtype = TORCH_DTYPES[dt]
-            strides, step = [], 1
+            strides: List[int] = []
+            step = 1
             for n in reversed(shape):
                 strides.insert(0, step)
                 step *= n
@@ -163,12 +162,14 @@ class _PlanData:
         return [flats[i].as_strided(shape, strides, offset) for i, shape, strides, offset in self.views]
 
 
-def _template(fields: tuple, C: int, W: int, device, reuse: bool = True):
+def _template(fields: tuple, C: int, W: int, device,
+              reuse: bool = True) -> Tuple[List[Any], List[Tuple[int, int]]]:
     """(Phase1 values with the outputs' places empty, [(place, index into the outputs)]): the
     fields not computed are None, or zero-element tensors for is_last / is_only and the record
     fields, as the spec returns them. ``reuse``: share those between calls (not while tracing)."""
     position = {f: i for i, f in enumerate(fields)}
-    template, slots = [], []
+    template: List[Any] = []
+    slots: List[Tuple[int, int]] = []
     for f, name in enumerate(FIELDS):
         if f in position:
             template.append(None)
@@ -255,6 +256,9 @@ def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_o
             and isinstance(q_val, T) and isinstance(g, T) and (beta is None or isinstance(beta, T))):
         _make_plan(None, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset,
                    num_keys, valid_last, need_read_groups, rec_tile, det_fields, False)  # raises
+    if valid_last is None and stream_lengths is not None:  # ignored there: C (the C API's unset)
+        check_rank("k_idx", k_idx.shape)
+        valid_last = k_idx.shape[1]
     (num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields,
      check) = key_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
                           rec_tile, det_fields, check, beta is not None)
@@ -310,7 +314,8 @@ def phase1_from_outputs(outs: List[torch.Tensor], fields: tuple, C: int, W: int,
     """A Phase1 from the computed outputs of ``fields`` (field ids, in order). ``reuse``:
     eager calls, whose templates are kept (and share their zero-element tensors)."""
     if not reuse:
-        return _assemble(*_template(fields, C, W, device, reuse=False), outs)
+        template, slots = _template(fields, C, W, device, reuse=False)
+        return _assemble(template, slots, outs)
     key = (fields, C, W, device)
     made = _TEMPLATES.get(key)
     if made is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class Phase1(NamedTuple):
 FIELDS = Phase1._fields
 
 #: sdm_p1_dtype -> NumPy dtype (bfloat16 as its uint16 bits).
-DTYPES = {
+DTYPES: Dict[int, np.dtype] = {
     1: np.dtype(np.int8),
     2: np.dtype(np.int32),
     3: np.dtype(np.int64),

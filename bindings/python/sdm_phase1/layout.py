@@ -12,10 +12,15 @@ outputs ([N, C, ...], e.g. log_k, k_eff, q_w) back into the caller's layout.
 
 Both are pure array functions over NumPy, PyTorch, CuPy or JAX arrays (the result is of the
 inputs' kind and device): gathers, reshapes and transposes, with no host synchronization
-where the lengths are already on the device (``max_len`` given with ``cu_seqlens``). The
-lengths are not checked against T here (that would read them on the host): a length above
-its sequence's tokens reads the next sequence's (clamped to the batch: never out of bounds),
-and phase1_forward refuses lengths above steps * C.
+where the lengths are already on the device (``max_len`` given with ``cu_seqlens``).
+
+Lengths past the data are refused (ValueError naming the sequence and the lengths) wherever
+they are read on the host without waiting for a GPU: ``lengths`` and ``cu_seqlens`` held on
+the host (NumPy arrays, lists, CPU tensors), and ``cu_seqlens`` without ``max_len``, which is
+read on the host for max_len anyway. Lengths on a GPU are not read, so that the call does
+not synchronize: there a length past its sequence's tokens reads the next sequence's
+(clamped to the batch: never out of bounds), and phase1_forward refuses lengths above
+steps * C.
 """
 
 from __future__ import annotations
@@ -155,6 +160,59 @@ def _ops(x):
     return _NumpyLike(np)
 
 
+def _on_host(x) -> bool:
+    """Whether x's values are read without waiting for a GPU: host arrays and lists, torch CPU
+    tensors, JAX CPU arrays."""
+    root = type(x).__module__.partition(".")[0]
+    if root == "torch":
+        return bool(x.device.type == "cpu")
+    if root == "cupy":
+        return False
+    if root in ("jax", "jaxlib"):
+        return bool(x.__dlpack_device__()[0] == 1)  # kDLCPU
+    return True
+
+
+def _to_host(x) -> np.ndarray:
+    """x's values as an int64 NumPy array (from a GPU: a copy, which waits for it)."""
+    root = type(x).__module__.partition(".")[0]
+    if root == "torch":
+        x = x.detach().cpu().numpy()
+    elif root == "cupy":
+        x = x.get()
+    return np.asarray(x).astype(np.int64)
+
+
+def _check_lengths(lengths: np.ndarray, T: int) -> None:
+    """ValueError unless every batch-major sequence's length lies in 0..T: a longer one would
+    read the next sequence's tokens."""
+    bad = np.flatnonzero((lengths < 0) | (lengths > T))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(f"lengths[{b}] = {int(lengths[b])}: sequence {b} has T = {T} tokens in the "
+                         f"batch, so its length must be in 0..{T}")
+
+
+def _check_cu_seqlens(cu: np.ndarray, total: int, max_len: Optional[int]) -> None:
+    """ValueError unless the packed sequences lie within the total tokens, in order
+    (0 <= cu[0] <= cu[1] <= ... <= cu[B] <= total) and, with max_len, none is longer: a
+    sequence past the tokens would read past them (or, at its end, make as many steps)."""
+    starts, ends = cu[:-1], cu[1:]
+    bad = np.flatnonzero((starts < 0) | (ends < starts) | (ends > total))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(
+            f"cu_seqlens[{b}:{b + 2}] = [{int(starts[b])}, {int(ends[b])}]: sequence {b} (length "
+            f"{int(ends[b] - starts[b])}) must lie within the {total} packed tokens of k_idx "
+            f"(0 <= cu_seqlens[{b}] <= cu_seqlens[{b + 1}] <= total_T = {total})")
+    if max_len is not None:
+        longer = np.flatnonzero(ends - starts > max_len)
+        if longer.size:
+            b = int(longer[0])
+            raise ValueError(f"sequence {b} has {int(ends[b] - starts[b])} tokens (cu_seqlens[{b}:{b + 2}] "
+                             f"= [{int(starts[b])}, {int(ends[b])}]), more than max_len = {max_len}")
+
+
 def _as_array(x):
     # Host inputs (lists included) become NumPy arrays; framework arrays stay as they are.
     root = type(x).__module__.partition(".")[0]
@@ -208,9 +266,9 @@ def to_chunks(k_idx, q_idx, k_val, q_val, g, *, chunk_size: int, beta=None, leng
         chunk_size: C, the tokens of a chunk (1..256).
         beta: None, or [B, T, H] / [total_T, H].
         lengths: batch-major only: None (every sequence has T tokens), or [B] int32 / int64
-            lengths (at most T) on the inputs' device.
-        cu_seqlens: packed only: [B + 1] int32 / int64 cumulative sequence lengths (from 0 to
-            total_T) on the inputs' device.
+            lengths (each in 0..T) on the inputs' device.
+        cu_seqlens: packed only: [B + 1] int32 / int64 cumulative sequence lengths
+            (non-decreasing, from 0 to total_T) on the inputs' device.
         max_len: packed only: the longest sequence (steps = ceil(max_len / C)); None: read from
             cu_seqlens (a host synchronization for GPU arrays).
         stream_offset: None: the ids are used as given; else they are stream-relative (in
@@ -221,8 +279,14 @@ def to_chunks(k_idx, q_idx, k_val, q_val, g, *, chunk_size: int, beta=None, leng
         :class:`Chunks`: k_idx [N, C, W], q_idx [N, C, R], k_val, q_val, g [N, C, 1 or W],
         beta [N, C] (or None), stream_lengths [B * H] (the lengths' dtype; int64 for
         batch-major without lengths), num_parallel = B * H and the layout for
-        :func:`from_chunks`. Padding tokens hold zeros. Pass ``valid_last=C`` (ignored) and
-        ``stream_lengths`` to phase1_forward.
+        :func:`from_chunks`. Padding tokens hold zeros. Pass ``stream_lengths`` to
+        phase1_forward (``valid_last`` is then not needed).
+
+    Raises:
+        ValueError: shapes that do not fit the layout, or lengths past the data where they are
+            read on the host (see the module's documentation): a batch-major length outside
+            0..T, packed sequences out of order or past the total_T tokens, or longer than
+            ``max_len``. The message names the sequence and its lengths.
     """
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
         raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
@@ -240,10 +304,16 @@ def to_chunks(k_idx, q_idx, k_val, q_val, g, *, chunk_size: int, beta=None, leng
         if lengths is not None:
             raise ValueError("pass lengths (batch-major) or cu_seqlens (packed), not both")
         cu_seqlens = _as_array(cu_seqlens)
+        if cu_seqlens.ndim != 1:
+            raise ValueError(f"cu_seqlens must be a 1-D array [B + 1], got shape {tuple(cu_seqlens.shape)}")
         B = int(cu_seqlens.shape[0]) - 1
         total = int(k_idx.shape[0])
-        if max_len is None:
-            max_len = int((cu_seqlens[1:] - cu_seqlens[:-1]).max()) if B > 0 else 0
+        if max_len is None or _on_host(cu_seqlens):
+            # One read of the B + 1 offsets: free on the host, and needed for max_len anyway.
+            cu_host = _to_host(cu_seqlens)
+            _check_cu_seqlens(cu_host, total, max_len)
+            if max_len is None:
+                max_len = int((cu_host[1:] - cu_host[:-1]).max()) if B > 0 else 0
         seq_lengths = cu_seqlens[1:] - cu_seqlens[:-1]
         T = int(max_len)
     else:
@@ -251,7 +321,15 @@ def to_chunks(k_idx, q_idx, k_val, q_val, g, *, chunk_size: int, beta=None, leng
             raise ValueError("max_len is for packed batches (cu_seqlens)")
         B, T = int(k_idx.shape[0]), int(k_idx.shape[1])
         total = B * T
-        seq_lengths = ops.full((B,), T, k_idx) if lengths is None else _as_array(lengths)
+        if lengths is None:
+            seq_lengths = ops.full((B,), T, k_idx)
+        else:
+            seq_lengths = _as_array(lengths)
+            if tuple(seq_lengths.shape) != (B,):
+                raise ValueError(f"lengths must be a 1-D array of B = {B} lengths, got shape "
+                                 f"{tuple(seq_lengths.shape)}")
+            if _on_host(seq_lengths):
+                _check_lengths(_to_host(seq_lengths), T)
     if B < 1 or T < 1:
         raise ValueError(f"to_chunks needs at least one sequence and one token (B = {B}, T = {T})")
     layout = ChunkLayout(B, H, -(-T // C), C, T, seq_lengths, cu_seqlens if packed else None, total)
@@ -263,15 +341,15 @@ def to_chunks(k_idx, q_idx, k_val, q_val, g, *, chunk_size: int, beta=None, leng
         return chunk_tokens(x, layout)
 
     gate = g if g.ndim == lead + 2 else g.reshape(tuple(g.shape) + (1,))
-    out = [chunked(x, n, 2) for x, n in ((k_idx, "k_idx"), (q_idx, "q_idx"), (k_val, "k_val"),
-                                         (q_val, "q_val"), (gate, "g"))]
+    k_c, q_c, kv_c, qv_c, g_c = (chunked(x, n, 2) for x, n in (
+        (k_idx, "k_idx"), (q_idx, "q_idx"), (k_val, "k_val"), (q_val, "q_val"), (gate, "g")))
     if stream_offset is not None:
         base = (ops.arange(layout.N, k_idx) % (B * H)) * int(stream_offset)  # chunk c: stream c % P
-        base = ops.astype(base.reshape((-1, 1, 1)), out[0])
-        out[0], out[1] = out[0] + base, out[1] + base
+        base = ops.astype(base.reshape((-1, 1, 1)), k_c)
+        k_c, q_c = k_c + base, q_c + base
     beta_c = None if beta is None else chunked(beta, "beta", 1)
     stream_lengths = ops.repeat(seq_lengths, H)  # stream b * H + h: sequence b
-    return Chunks(*out, beta_c, stream_lengths, B * H, layout)
+    return Chunks(k_c, q_c, kv_c, qv_c, g_c, beta_c, stream_lengths, B * H, layout)
 
 
 def from_chunks(y, layout: ChunkLayout):

@@ -104,7 +104,7 @@ def phase1_forward(
     num_parallel: int,
     stream_offset: int,
     num_keys: int,
-    valid_last: int,
+    valid_last: Optional[int] = None,
     need_read_groups: bool = True,
     beta: Optional[torch.Tensor] = None,
     rec_tile: int = 0,
@@ -117,12 +117,15 @@ def phase1_forward(
     Arguments, results and errors as :func:`sdm_phase1.phase1_forward` for torch tensors
     (``repeats``: None or a one-element int64 tensor on the inputs' device, incremented in
     place; ``stream_lengths``: None or a [num_parallel] int32 / int64 tensor on that device,
-    an input of the operator, so a captured graph reads its contents at each replay).
+    an input of the operator, so a captured graph reads its contents at each replay;
+    ``valid_last`` may be left out with them).
     ``check=True`` synchronizes, so leave it off in code that is compiled with CUDA graphs or
     captured. Forward only: inputs that require grad while autograd records raise
     RuntimeError (call under ``torch.no_grad()``, or on detached inputs).
     """
     _torch_impl.refuse_grad(k_val, q_val, g, beta)
+    if valid_last is None and stream_lengths is not None:  # ignored there: C (the C API's unset)
+        valid_last = k_idx.shape[1]
     if plain_call_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
                           rec_tile, det_fields, check):
         # Plain types: the ranges are checked with the plan (the operator's first call).

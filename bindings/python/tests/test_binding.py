@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -20,7 +21,8 @@ PYTHON_DIR = Path(__file__).resolve().parents[1]
 REPO = PYTHON_DIR.parents[1]
 HEADER = REPO / "include" / "sdm" / "phase1.h"
 #: Functions added since 1.0 (an older library does not export them).
-NEW_SINCE_1_0 = {"sdm_p1_execute_status", "sdm_p1_cuda_device_count", "sdm_p1_cuda_architectures"}
+NEW_SINCE_1_0 = {"sdm_p1_execute_status", "sdm_p1_cuda_device_count", "sdm_p1_cuda_architectures",
+                 "sdm_p1_desc_init", "sdm_p1_inputs_init", "sdm_p1_describe_outputs"}
 
 
 # ------------------------------------------------------------------------------------------
@@ -166,7 +168,7 @@ def test_cdef_matches_header(tmp_path):
     assert absent <= NEW_SINCE_1_0, absent
     ref_names -= absent
     functions = [n for n in ref_names if isinstance(getattr(ref_lib, n), ref.CData)]
-    assert len(functions) + len(absent) == 13
+    assert len(functions) + len(absent) == 16
     for name in ref_names:
         assert hasattr(_library.lib, name), name
         rv, ov = getattr(ref_lib, name), getattr(_library.lib, name)
@@ -321,18 +323,78 @@ def test_bad_arrays_raise_value_error(case):
 
 def test_shape_mismatch_message_names_both_shapes():
     (k, q, kv, qv, g), _, opts = make_inputs()
+    narrow = np.ascontiguousarray(kv[:, :, :2])
     with pytest.raises(ValueError) as info:
-        p1.phase1_forward(k, q, kv[:, :, :2], qv, g, **opts)
+        p1.phase1_forward(k, q, narrow, qv, g, **opts)
     msg = str(info.value)
-    assert "k_val" in msg and str(kv[:, :, :2].shape) in msg and str(k.shape) in msg
+    assert "k_val" in msg and str(narrow.shape) in msg and str(k.shape) in msg
+
+
+# ------------------------------------------------------------------------------------------
+# the exceptions of failed library calls
+
+#: Each status: its exception class and the built-in exceptions that class is, exactly (the
+#: table of docs/python.md).
+ERROR_KINDS = {
+    "SDM_P1_ERROR_INVALID_ARGUMENT": (p1.InvalidArgumentError, {ValueError}),
+    "SDM_P1_ERROR_UNSUPPORTED": (p1.UnsupportedError, {NotImplementedError, RuntimeError, ValueError}),
+    "SDM_P1_ERROR_INVALID_INPUT": (p1.InvalidInputError, {ValueError}),
+    "SDM_P1_ERROR_OUT_OF_MEMORY": (p1.OutOfMemoryError, {MemoryError}),
+    "SDM_P1_ERROR_BACKEND_UNAVAILABLE": (p1.BackendUnavailableError, {RuntimeError}),
+    "SDM_P1_ERROR_CUDA": (p1.CudaError, {RuntimeError}),
+    "SDM_P1_ERROR_INTERNAL": (p1.InternalError, {RuntimeError}),
+}
+_BUILTINS = (ValueError, NotImplementedError, RuntimeError, MemoryError)
+
+
+def assert_error_kind(e, status):
+    """``e`` is exactly the class of ``status`` and exactly its built-ins."""
+    cls, builtins = ERROR_KINDS[status]
+    assert type(e) is cls, (type(e), status)
+    assert {b for b in _BUILTINS if isinstance(e, b)} == builtins, status
+
+
+def test_every_status_of_the_header_has_a_class():
+    statuses = set(re.findall(r"\b(SDM_P1_ERROR_\w+) = \d+", HEADER.read_text()))
+    assert statuses == set(ERROR_KINDS)
+    for cls, _ in ERROR_KINDS.values():
+        assert issubclass(cls, p1.Phase1Error) and cls.__name__ in p1.__all__
+        assert getattr(p1, cls.__name__) is cls
+    assert p1.Phase1Error.__bases__ == (Exception,)
+
+
+@pytest.mark.parametrize("status", list(ERROR_KINDS))
+def test_check_raises_the_class_of_each_status(status):
+    from sdm_phase1._errors import check
+
+    code = getattr(_library.lib, status)
+    with pytest.raises(p1.Phase1Error) as info:
+        check("sdm_p1_example", code)
+    e = info.value
+    assert_error_kind(e, status)
+    assert (e.function, e.code, e.status) == ("sdm_p1_example", code, status)
+    assert str(e).startswith(f"{status}: ")
+    # Pickled (multiprocessing, torch.distributed) with its class and attributes.
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is type(e) and str(back) == str(e)
+    assert (back.function, back.code, back.status, back.message) == (e.function, e.code, e.status, e.message)
+
+
+def test_check_of_success_and_of_an_unknown_code():
+    from sdm_phase1._errors import check
+
+    assert check("sdm_p1_example", _library.lib.SDM_P1_SUCCESS) is None
+    with pytest.raises(p1.Phase1Error) as info:
+        check("sdm_p1_example", 99)  # a newer library's status: the base class
+    assert type(info.value) is p1.Phase1Error and info.value.status == "SDM_P1_UNKNOWN_STATUS"
 
 
 def _expect_phase1_error(status, words, *args, **kw):
     with pytest.raises(p1.Phase1Error) as info:
         p1.phase1_forward(*args, **kw)
     e = info.value
-    assert isinstance(e, ValueError)
     assert e.status == status, str(e)
+    assert_error_kind(e, status)
     assert e.message and e.message in str(e) and e.status in str(e)
     for w in words:
         assert re.search(w, e.message, re.I), (w, e.message)
@@ -483,9 +545,13 @@ def test_unknown_backend_and_cuda_backend():
     (k, q, kv, qv, g), _, opts = make_inputs()
     with pytest.raises(ValueError, match="backend"):
         p1.phase1_forward(k, q, kv, qv, g, backend="tpu", **opts)
-    with pytest.raises(p1.Phase1Error):
+    with pytest.raises(p1.Phase1Error) as info:
         # NumPy arrays on the CUDA backend: refused by the library (no device, or host memory).
         p1.phase1_forward(k, q, kv, qv, g, backend="cuda", **opts)
+    if not p1.cuda_device_count():  # no CUDA backend, or no device: whatever the library says
+        assert_error_kind(info.value, "SDM_P1_ERROR_BACKEND_UNAVAILABLE")
+        with pytest.raises(p1.BackendUnavailableError):
+            p1.Plan(N=4, C=8, W=3, R=2, num_parallel=2, stream_offset=100, num_keys=50, backend="cuda")
 
 
 def test_padding_tokens_may_hold_garbage():
@@ -667,7 +733,10 @@ def test_plan_reuse_gives_identical_bits():
 
 
 def test_plan_refused_by_library_and_del():
-    with pytest.raises(p1.Phase1Error):
+    with pytest.raises(p1.Phase1Error) as info:  # sdm_p1_desc.N not a multiple of num_parallel
+        p1.Plan(N=3, C=4, W=1, R=1, num_parallel=2, stream_offset=0, num_keys=4)
+    assert_error_kind(info.value, "SDM_P1_ERROR_INVALID_ARGUMENT")
+    with pytest.raises(ValueError, match="num_parallel"):  # caught as before the classes
         p1.Plan(N=3, C=4, W=1, R=1, num_parallel=2, stream_offset=0, num_keys=4)
     plan = p1.Plan(N=2, C=4, W=1, R=1, num_parallel=2, stream_offset=0, num_keys=4)
     del plan  # __del__ frees it
@@ -686,15 +755,58 @@ def test_threads_give_identical_bits():
             assert plan.desc["num_threads"] == n
 
 
-def test_non_contiguous_inputs():
-    (k, q, kv, qv, g), beta, opts = make_inputs()
-    want = p1.phase1_forward(k, q, kv, qv, g, beta=beta, **opts)
-    k_f = np.asfortranarray(k)
-    kv_s = np.repeat(kv, 2, axis=2)[:, :, ::2]
-    beta_t = np.ascontiguousarray(beta.T).T
-    assert not kv_s.flags.c_contiguous and not beta_t.flags.c_contiguous
-    got = p1.phase1_forward(k_f, q, kv_s, qv, g, beta=beta_t, **opts)
-    assert_same_result(want, got)
+@pytest.mark.parametrize("name", ["k_idx", "q_idx", "k_val", "q_val", "g", "beta", "stream_lengths"])
+def test_non_contiguous_input_is_refused(name):
+    """A non-contiguous input is refused, naming it and the fix, by phase1_forward and
+    Plan.execute alike (as for torch, CuPy and JAX: inputs are never copied unseen)."""
+    (k, q, kv, qv, g), beta, opts = make_inputs()  # N 4, C 8, num_parallel 2: lengths <= 16
+    arrays = dict(k_idx=k, q_idx=q, k_val=kv, q_val=qv, g=g, beta=beta,
+                  stream_lengths=np.array([13, 16], np.int64))
+    want = p1.phase1_forward(*(arrays[n] for n in ("k_idx", "q_idx", "k_val", "q_val", "g")),
+                             beta=beta, stream_lengths=arrays["stream_lengths"], **opts)
+    strided = np.repeat(arrays[name], 2, axis=-1)[..., ::2]  # the same values, every other element
+    assert np.array_equal(strided, arrays[name]) and not strided.flags.c_contiguous
+    message = (f"{name} is not contiguous (shape {strided.shape}, strides {strided.strides}): sdm_phase1 "
+               f"reads its inputs in place, without copying them; pass np.ascontiguousarray({name})")
+
+    def call(x, run):
+        given = dict(arrays, **{name: x})
+        return run(*(given[n] for n in ("k_idx", "q_idx", "k_val", "q_val", "g")), beta=given["beta"],
+                   stream_lengths=given["stream_lengths"])
+
+    def forward(*args, **kw):
+        return p1.phase1_forward(*args, **kw, **opts)
+
+    with p1.Plan(N=4, C=8, W=3, R=2, num_parallel=2, stream_offset=100, num_keys=50,
+                 det_fields=p1.DET_SHIPPED | p1.DET_RECORDS) as plan:
+        for run in (forward, plan.execute):
+            with pytest.raises(ValueError) as info:
+                call(strided, run)
+            assert str(info.value) == message and not isinstance(info.value, p1.Phase1Error)
+            assert_same_result(call(np.ascontiguousarray(strided), run), want)  # the fix it names
+    fortran = np.asfortranarray(k)
+    with pytest.raises(ValueError, match=r"k_idx is not contiguous .* np\.ascontiguousarray\(k_idx\)"):
+        p1.phase1_forward(fortran, q, kv, qv, g, **opts)
+
+
+def test_valid_last_may_be_left_out_with_stream_lengths():
+    """With stream_lengths, valid_last is ignored and may be left out: the same bytes as any
+    explicit valid_last. Without them it is required (TypeError, as for None)."""
+    (k, q, kv, qv, g), beta, opts = make_inputs()  # N 4, C 8, num_parallel 2
+    del opts["valid_last"]
+    lengths = np.array([13, 5], np.int32)
+    kw = dict(beta=beta, det_fields=3071, stream_lengths=lengths, **opts)
+    got = p1.phase1_forward(k, q, kv, qv, g, **kw)
+    for valid_last in (8, 3):
+        assert_same_result(got, p1.phase1_forward(k, q, kv, qv, g, valid_last=valid_last, **kw))
+    full = p1.phase1_forward(k, q, kv, qv, g, **dict(kw, stream_lengths=np.array([16, 16], np.int32)))
+    assert not same_bits(got.payload, full.payload)  # the lengths took effect
+    with p1.Plan(N=4, C=8, W=3, R=2, num_parallel=2, stream_offset=100, num_keys=50,
+                 det_fields=3071) as plan:
+        assert_same_result(got, plan.execute(k, q, kv, qv, g, beta=beta, stream_lengths=lengths))
+    with pytest.raises(TypeError, match=r"valid_last must be an int, got NoneType None \(it may be "
+                                        r"left out only with stream_lengths\)"):
+        p1.phase1_forward(k, q, kv, qv, g, **opts)
 
 
 def test_bfloat16_values():

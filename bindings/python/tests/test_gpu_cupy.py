@@ -78,7 +78,7 @@ def test_bad_arguments():
     case = make_case(16, N=2, C=8, W=3, R=2, P=1, num_keys=16)
     inputs, opts = split(case)
     x = to_cupy(inputs)
-    with pytest.raises(ValueError, match="not C-contiguous"):
+    with pytest.raises(ValueError, match=r"k_val is not contiguous .* cupy\.ascontiguousarray\(k_val\)"):
         call(dict(x, k_val=cupy.asfortranarray(x["k_val"])), opts)
     with pytest.raises(TypeError, match="q_idx must be a cupy.ndarray"):
         call(dict(x, q_idx=inputs["q_idx"]), opts)
@@ -97,3 +97,4 @@ def test_device_side_bad_data():
     with pytest.raises(p1.Phase1Error) as gpu:
         call(to_cupy(inputs), opts, check=True)
     assert gpu.value.status == "SDM_P1_ERROR_INVALID_INPUT" and gpu.value.message == cpu.value.message
+    assert type(gpu.value) is type(cpu.value) is p1.InvalidInputError

@@ -286,6 +286,7 @@ def test_library_refusal_is_phase1_error():
     with pytest.raises(p1.Phase1Error) as info:
         _call(t, dict(opts, num_parallel=3))  # N = 2: the library's check
     assert info.value.status == "SDM_P1_ERROR_INVALID_ARGUMENT" and "num_parallel" in info.value.message
+    assert type(info.value) is p1.InvalidArgumentError
     with pytest.raises(p1.Phase1Error, match="beta"):
         _call(dict(t, beta=None), opts, det_fields=p1.DET_KSPA)
 
@@ -315,10 +316,11 @@ def test_device_side_bad_data(case):
     with pytest.raises(p1.Phase1Error) as gpu:
         gpu_result(inputs, opts, check=True)
     assert gpu.value.status == cpu.value.status and gpu.value.message == cpu.value.message
+    assert type(gpu.value) is type(cpu.value) is p1.InvalidInputError
     gpu_result(inputs, opts)  # check=False: the call does not raise ...
     with pytest.raises(p1.Phase1Error) as later:  # ... the next synchronize() does
         p1.synchronize()
-    assert later.value.message == cpu.value.message
+    assert later.value.message == cpu.value.message and type(later.value) is p1.InvalidInputError
     p1.synchronize()  # reported once
     good = make_case(62, N=4, C=8, W=3, R=2, P=2, num_keys=16, valid_last=5)
     gpu_result(*split(good), check=True)  # the same plan, clean data: no error

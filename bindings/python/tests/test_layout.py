@@ -116,6 +116,50 @@ def test_layout_errors():
         from_chunks(ch.k_val[1:], ch.layout)
 
 
+def test_lengths_past_their_sequence_are_refused():
+    """Batch-major lengths lie in 0..T: T is accepted (and placed as the loops place it), T + 1
+    and -1 are refused naming the sequence, as Python lists too."""
+    B, T, H, W, R, C = 3, 10, 2, 3, 2, 4
+    k, q, kv, qv, g, _ = batch(6, B, T, H, W, R, 40)
+    at_limit = np.array([T, 0, 7])
+    ch = to_chunks(k, q, kv, qv, g, chunk_size=C, lengths=at_limit)
+    np.testing.assert_array_equal(ch.k_val, loop_chunks(kv, at_limit, C))
+    for bad, b in (([T, 0, T + 1], 2), ([T, -1, 7], 1)):
+        for lengths in (np.array(bad, np.int32), bad):
+            with pytest.raises(ValueError) as e:
+                to_chunks(k, q, kv, qv, g, chunk_size=C, lengths=lengths)
+            assert str(e.value) == (f"lengths[{b}] = {bad[b]}: sequence {b} has T = {T} tokens in the "
+                                    f"batch, so its length must be in 0..{T}")
+    with pytest.raises(ValueError, match=r"lengths must be a 1-D array of B = 3 lengths, got shape \(4,\)"):
+        to_chunks(k, q, kv, qv, g, chunk_size=C, lengths=np.array([1, 2, 3, 4]))
+
+
+def test_cu_seqlens_past_the_tokens_are_refused():
+    """Packed sequences end at most at total_T: ending there is accepted, one token past it (or
+    10**6, which would make about 250,000 steps a stream of 4 tokens) is refused naming the sequence,
+    with or without max_len; so are sequences out of order or longer than max_len."""
+    H, W, R, C = 2, 3, 2, 4
+    k, q, kv, qv, g, _ = batch(7, 1, 14, H, W, R, 40)
+    packed = [x[0] for x in (k, q, kv, qv, g)]  # [total_T = 14, H, ...]
+    ch = to_chunks(*packed, chunk_size=C, cu_seqlens=np.array([0, 5, 5, 14]))
+    assert ch.layout.steps == 3  # the longest sequence: 9 tokens
+    np.testing.assert_array_equal(ch.stream_lengths, np.repeat([5, 0, 9], H))
+    np.testing.assert_array_equal(from_chunks(ch.k_val, ch.layout), packed[2])
+    for end in (15, 10**6):
+        for max_len in (None, 9):
+            with pytest.raises(ValueError) as e:
+                to_chunks(*packed, chunk_size=C, cu_seqlens=np.array([0, 5, 5, end]), max_len=max_len)
+            assert str(e.value) == (f"cu_seqlens[2:4] = [5, {end}]: sequence 2 (length {end - 5}) must lie "
+                                    "within the 14 packed tokens of k_idx (0 <= cu_seqlens[2] <= "
+                                    "cu_seqlens[3] <= total_T = 14)")
+    with pytest.raises(ValueError, match=r"cu_seqlens\[1:3\] = \[6, 5\]: sequence 1 \(length -1\)"):
+        to_chunks(*packed, chunk_size=C, cu_seqlens=[0, 6, 5, 14])
+    assert to_chunks(*packed, chunk_size=C, cu_seqlens=[0, 5, 5, 14], max_len=9).layout.steps == 3
+    with pytest.raises(ValueError) as e:
+        to_chunks(*packed, chunk_size=C, cu_seqlens=[0, 5, 5, 14], max_len=8)
+    assert str(e.value) == "sequence 2 has 9 tokens (cu_seqlens[2:4] = [5, 14]), more than max_len = 8"
+
+
 def test_phase1_of_a_batch_equals_each_sequence_alone():
     """Phase 1 of a batch of sequences of different lengths, through to_chunks, equals per
     sequence and head that of the sequence run alone (one stream, valid_last its last
@@ -125,7 +169,7 @@ def test_phase1_of_a_batch_equals_each_sequence_alone():
     lengths = np.array([11, 4, 6])
     ch = to_chunks(k, q, kv, qv, g, chunk_size=C, beta=beta, lengths=lengths, stream_offset=keys)
     out = p1.phase1_forward(ch.k_idx, ch.q_idx, ch.k_val, ch.q_val, ch.g, num_parallel=ch.num_parallel,
-                            stream_offset=keys, num_keys=keys, valid_last=C, beta=ch.beta,
+                            stream_offset=keys, num_keys=keys, beta=ch.beta,
                             stream_lengths=ch.stream_lengths, det_fields=p1.DET_SHIPPED | p1.DET_KREC)
     per_token = {name: from_chunks(getattr(out, name), ch.layout)
                  for name in ("log_k", "log_q", "rex", "k_eff", "q_w", "pos_k", "pos_q", "is_last")}

@@ -754,7 +754,7 @@ def test_bad_stream_lengths():
     for lengths, stream, value in bad:
         with pytest.raises(p1.Phase1Error) as e:
             p1.phase1_forward(*args, stream_lengths=lengths, **kw)
-        assert e.value.status == "SDM_P1_ERROR_INVALID_INPUT"
+        assert e.value.status == "SDM_P1_ERROR_INVALID_INPUT" and type(e.value) is p1.InvalidInputError
         message = f"stream_lengths[{stream}] = {value}: stream {stream}'s length must be in 0..16"
         assert message in str(e.value)
     with pytest.raises(ValueError, match="num_parallel = 2 lengths"):

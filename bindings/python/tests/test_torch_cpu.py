@@ -188,3 +188,56 @@ def test_a_changed_key_makes_a_new_plan():
         _call(other, opts)
         assert p1.plan_cache_info()["created"] == created + 1
         assert key_of(other) in p1._gpu._cache.plans
+
+
+@pytest.mark.parametrize("op", [False, True])
+@pytest.mark.parametrize("name", NAMES + ("beta", "stream_lengths"))
+def test_non_contiguous_input_is_refused(op, name):
+    """A non-contiguous tensor is refused naming it and the fix, on the call that creates the
+    plan and on the cached plan's calls alike (the NumPy path's rule)."""
+    inputs, opts = _case()  # N 4, C 16, num_parallel 2, valid_last 9: lengths <= 25 read valid data
+    t = torch_inputs(inputs, "cpu")
+    t["stream_lengths"] = torch.tensor([25, 7], dtype=torch.int64)
+    want = cpu_result(inputs, opts, stream_lengths=t["stream_lengths"].numpy())
+    strided = t[name].repeat_interleave(2, dim=-1)[..., ::2]  # the same values, every other element
+    torch.testing.assert_close(strided, t[name], rtol=0, atol=0, equal_nan=True)  # (NaN padding)
+    assert not strided.is_contiguous()
+    message = (f"{name} is not contiguous (shape {tuple(strided.shape)}, strides {strided.stride()}): "
+               f"sdm_phase1 reads its inputs in place, without copying them; pass {name}.contiguous()")
+
+    def call(tensors):
+        return _call(tensors, opts, op=op, stream_lengths=tensors["stream_lengths"])
+
+    p1.clear_plan_cache()
+    for _ in range(2):  # no plan yet, then (after the contiguous call) the cached plan
+        with pytest.raises(ValueError) as info:
+            call(dict(t, **{name: strided}))
+        assert str(info.value) == message
+        assert_same(want, call(dict(t, **{name: strided.contiguous()})))  # the fix it names
+
+
+@pytest.mark.parametrize("op", [False, True])
+def test_valid_last_may_be_left_out_with_stream_lengths(op):
+    """With stream_lengths, valid_last is ignored and may be left out: the NumPy path's bytes
+    with an explicit valid_last."""
+    lengths = np.array([30, 7])
+    inputs, opts = _case(7, valid_last=16)
+    want = cpu_result(inputs, opts, det_fields=3071, stream_lengths=lengths)
+    t = torch_inputs(inputs, "cpu")
+    del opts["valid_last"]
+    for _ in range(2):  # the second call: the cached plan
+        assert_same(want, _call(t, opts, op=op, det_fields=3071, stream_lengths=torch.from_numpy(lengths)))
+    with pytest.raises(TypeError, match="valid_last must be an int, got NoneType None"):
+        _call(t, opts, op=op)
+
+
+def test_layout_refuses_cpu_lengths_past_their_sequence():
+    """Lengths in a CPU tensor are read on the host, so checked (as NumPy's)."""
+    ids = torch.zeros(2, 5, 3, 2, dtype=torch.int32)
+    vals, g = torch.ones(2, 5, 3, 2), torch.zeros(2, 5, 3)
+    assert p1.to_chunks(ids, ids, vals, vals, g, chunk_size=4, lengths=torch.tensor([5, 2])).layout.steps == 2
+    with pytest.raises(ValueError, match=r"lengths\[0\] = 6: sequence 0 has T = 5 tokens"):
+        p1.to_chunks(ids, ids, vals, vals, g, chunk_size=4, lengths=torch.tensor([6, 2]))
+    with pytest.raises(ValueError, match=r"cu_seqlens\[1:3\] = \[4, 11\]: sequence 1 \(length 7\)"):
+        p1.to_chunks(ids[0], ids[0], vals[0], vals[0], g[0], chunk_size=4,
+                     cu_seqlens=torch.tensor([0, 4, 11]), max_len=7)
