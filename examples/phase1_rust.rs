@@ -54,23 +54,16 @@ fn main() -> Result<(), sdm_phase1::Error> {
         }
     }
 
-    let mut plan = PlanBuilder::new(N as i64, C as i64, W as i64, R as i64)
-        .num_parallel(P as i64)
-        .stream_offset(OFFSET as i64)
-        .num_keys(KEYS as i64)
+    let mut plan = PlanBuilder::new(N, C, W, R)
+        .num_parallel(P)
+        .stream_offset(OFFSET)
+        .num_keys(KEYS)
         .valid_last(12) // the streams' last chunks hold 12 tokens and 4 padding tokens
         .det_fields(DetFields::SHIPPED | DetFields::KREC | DetFields::KSPA | DetFields::TILES)
         .backend(Backend::Cpu)
         .build()?;
-    let inputs = Inputs {
-        k_idx: &k_idx,
-        q_idx: &q_idx,
-        k_val: &k_val,
-        q_val: &q_val,
-        g: &g,
-        beta: Some(&beta),
-    };
-    let out = plan.execute(&inputs)?;
+    let inputs = Inputs::new(&k_idx, &q_idx, &k_val, &q_val, &g).with_beta(&beta);
+    let out = plan.execute(&inputs, None)?; // None: no per-stream lengths, the valid_last rule
 
     println!(
         "libsdmp1 {} through sdm-phase1, CPU backend: N={N} chunks of C={C} tokens, W={W}, R={R}, \
@@ -125,20 +118,20 @@ fn main() -> Result<(), sdm_phase1::Error> {
     // Every execute overwrites the plan's buffers, so keep a copy; the views end here.
     let first: Vec<Vec<u8>> = out.iter().map(|t| t.as_bytes().to_vec()).collect();
     for _ in 0..3 {
-        plan.execute(&inputs)?;
+        plan.execute(&inputs, None)?;
     }
     // A one-thread plan writing caller-owned buffers: the bits never depend on the threads.
-    let mut single = PlanBuilder::new(N as i64, C as i64, W as i64, R as i64)
-        .num_parallel(P as i64)
-        .stream_offset(OFFSET as i64)
-        .num_keys(KEYS as i64)
+    let mut single = PlanBuilder::new(N, C, W, R)
+        .num_parallel(P)
+        .stream_offset(OFFSET)
+        .num_keys(KEYS)
         .valid_last(12)
         .det_fields(plan.det_fields())
         .backend(Backend::Cpu)
         .num_threads(1)
         .build()?;
     let mut buffers = single.output_buffers();
-    let other = single.execute_into(&inputs, &mut buffers)?;
+    let other = single.execute_into(&inputs, None, &mut buffers)?;
     let last = plan.outputs().expect("executed");
     let same = |o: &sdm_phase1::Outputs<'_>| {
         o.iter()

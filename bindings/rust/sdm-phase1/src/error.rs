@@ -5,6 +5,10 @@ use std::fmt;
 use sdm_phase1_sys as sys;
 
 /// The failure status of a libsdmp1 call (`sdm_p1_status` without `SDM_P1_SUCCESS`).
+///
+/// Non-exhaustive: a minor release of the library may add codes; until this crate names
+/// one, it arrives as [`Status::Unknown`].
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Status {
     /// `SDM_P1_ERROR_INVALID_ARGUMENT`: a malformed request (an option out of its range, a

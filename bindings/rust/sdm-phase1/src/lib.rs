@@ -11,10 +11,18 @@
 //! - [`Plan::execute`] runs the CPU backend on host slices ([`Inputs`]), checked against the
 //!   plan (lengths, `i32`/`i64` ids, `f32`/[`Bf16`] values), and returns [`Outputs`]: typed
 //!   views of the plan's buffers. [`Plan::execute_into`] writes caller-owned
-//!   [`OutputBuffers`] instead.
+//!   [`OutputBuffers`] instead. Both take optional per-stream lengths (`Some(&[usize])`, one
+//!   per stream) in place of the plan's `valid_last` rule.
 //! - [`Plan::execute_device`] (`unsafe`) enqueues the CUDA backend on raw device pointers and
 //!   a raw stream; [`Plan::execute_status`] reports its data check after a synchronize.
 //! - Every failure is an [`Error`]: a [`Status`] and the library's message.
+//!
+//! Shapes, counts, lengths and slot offsets are `usize` (the CUDA device ordinal `u32`); the
+//! crate converts them to the C API's integer types with checks, and a value out of the C
+//! range is an [`Error`] naming it. The enums and structs that mirror C enums and versioned
+//! C structs are `#[non_exhaustive]`, so that the library's minor releases can add variants
+//! and fields: build [`Inputs`] and [`DeviceInputs`] with their `new` constructors, and give
+//! `match`es on this crate's enums a `_` arm.
 //!
 //! The outputs are bit for bit those of the C API (the CPU backend defines every bit).
 //!
@@ -27,7 +35,7 @@
 //! use sdm_phase1::{Backend, Field, Inputs, PlanBuilder};
 //!
 //! # fn main() -> Result<(), sdm_phase1::Error> {
-//! let (n, c, w, r) = (4, 8, 2, 2);
+//! let (n, c, w, r) = (4, 8, 2, 2); // usize
 //! let mut plan = PlanBuilder::new(n, c, w, r)
 //!     .num_parallel(2) // chunk i belongs to stream i % 2
 //!     .stream_offset(100) // stream s owns the slots [100 * s, 100 * s + 16)
@@ -35,10 +43,10 @@
 //!     .backend(Backend::Cpu)
 //!     .build()?;
 //!
-//! let tokens = (n * c) as usize;
+//! let tokens = n * c;
 //! let (mut k_idx, mut q_idx) = (Vec::new(), Vec::new());
 //! for t in 0..tokens {
-//!     let base = 100 * ((t / c as usize) % 2) as i32;
+//!     let base = 100 * ((t / c) % 2) as i32;
 //!     let slot = (t % 8) as i32 * 2;
 //!     k_idx.extend([base + slot, base + slot + 1]); // distinct slots per token
 //!     q_idx.extend([base + slot, base + (slot + 5) % 16]);
@@ -47,17 +55,11 @@
 //! let q_val = vec![1.0f32; tokens * 2];
 //! let g = vec![-0.1f32; tokens]; // one log-gate per token
 //!
-//! let out = plan.execute(&Inputs {
-//!     k_idx: &k_idx,
-//!     q_idx: &q_idx,
-//!     k_val: &k_val,
-//!     q_val: &q_val,
-//!     g: &g,
-//!     beta: None,
-//! })?;
+//! let inputs = Inputs::new(&k_idx, &q_idx, &k_val, &q_val, &g);
+//! let out = plan.execute(&inputs, None)?; // None: no per-stream lengths
 //! let a: &[f32] = out.slice(Field::A)?; // [N, C, C]
 //! let log_k: &[f32] = out.slice(Field::LogK)?; // [N, C, W]
-//! assert_eq!(a.len(), tokens * c as usize);
+//! assert_eq!(a.len(), tokens * c);
 //! assert_eq!(out.get(Field::LogK).unwrap().shape(), &[4, 8, 2]);
 //! assert_eq!(log_k[0], -0.1); // the first write of a slot: its own gate
 //! assert_eq!(out.repeats(), 0);
@@ -88,14 +90,14 @@ pub use sdm_phase1_sys as sys;
 
 pub use error::{Error, Result, Status};
 pub use outputs::{Field, FieldInfo, Outputs, Tensor};
-pub use plan::{DeviceInputs, Inputs, OutputBuffers, Plan, PlanBuilder, StreamLengths};
+pub use plan::{DeviceInputs, DeviceStreamLengths, Inputs, OutputBuffers, Plan, PlanBuilder};
 pub use types::{
     Backend, Bf16, Data, DetFields, Dtype, Element, Index, IndexDtype, OutputMode, Value,
     ValueDtype,
 };
 
 /// The version of the header these bindings were generated from, as
-/// major * 10000 + minor * 100 + patch (10200 for 1.2.0).
+/// major * 10000 + minor * 100 + patch (10300 for 1.3.0).
 pub const HEADER_VERSION: u32 = sys::SDM_P1_VERSION_NUMBER;
 
 /// The version of the library actually loaded, as [`HEADER_VERSION`].
@@ -104,7 +106,7 @@ pub fn version_number() -> u32 {
     unsafe { sys::sdm_p1_version_number() }
 }
 
-/// The version of the library actually loaded, as text (`"1.2.0"`).
+/// The version of the library actually loaded, as text (`"1.3.0"`).
 pub fn version_string() -> &'static str {
     // SAFETY: the library returns a static, NUL-terminated string.
     let text = unsafe { CStr::from_ptr(sys::sdm_p1_version_string()) };

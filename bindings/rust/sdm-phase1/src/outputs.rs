@@ -6,6 +6,10 @@ use crate::types::{Bf16, Data, Dtype, Element};
 
 /// One output of Phase 1 (`sdm_p1_field`), in the order of the spec's Phase1 tuple, then
 /// `repeats`. Shapes are per plan; `include/sdm/phase1.h` documents each field's meaning.
+///
+/// Non-exhaustive: a minor release of the library may add fields (and [`Field::COUNT`]
+/// grows with them).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Field {
     /// `a`: `[N, C, C]` f32, the intra-chunk write-write matrix.
@@ -172,11 +176,22 @@ impl FieldInfo {
             )
         })?;
         let ndim = view.ndim.clamp(0, 3) as usize;
+        let shape = view.shape[..ndim]
+            .iter()
+            .map(|&d| {
+                usize::try_from(d).map_err(|_| {
+                    Error::new(
+                        crate::Status::Internal,
+                        format!("field {} has a dimension of {d}", field.name()),
+                    )
+                })
+            })
+            .collect::<Result<Vec<usize>>>()?;
         Ok(FieldInfo {
             field,
             dtype,
             requested: view.requested != 0,
-            shape: view.shape[..ndim].iter().map(|&d| d as usize).collect(),
+            shape,
             bytes: view.bytes,
         })
     }
@@ -330,7 +345,10 @@ impl<'a> Outputs<'a> {
         })
     }
 
-    /// The `repeats` output: K entries that repeat a slot already written by their token.
+    /// The `repeats` output: K entries that repeat a slot already written by their token. An
+    /// `i64`, the element the library wrote: outputs keep their C element types (they are
+    /// the library's data, compared bit for bit with the C API), unlike the shapes and counts
+    /// the crate's methods take and give.
     pub fn repeats(&self) -> i64 {
         self.slice::<i64>(Field::Repeats).map_or(0, |r| r[0])
     }

@@ -11,98 +11,108 @@ use crate::types::{Backend, DetFields, Index, IndexDtype, OutputMode, Value, Val
 
 /// The shapes and options of a plan (`sdm_p1_desc`); [`build`](PlanBuilder::build) creates it.
 ///
-/// Every option left alone keeps the header's default; the library validates them all at
+/// Every option left alone keeps the header's default: the descriptor starts from
+/// [`sys::desc_initializer`] (this crate's one copy of `SDM_P1_DESC_INITIALIZER`) and only the
+/// options set here are written over it. The library validates them all at
 /// [`build`](PlanBuilder::build) and reports the first bad one by name. `num_keys` has no
 /// usable default and must be set.
+///
+/// Shapes, counts and slot offsets are `usize`; the CUDA device ordinal is `u32` (ordinals
+/// are small and never negative). [`build`](PlanBuilder::build) converts each to the
+/// descriptor's C type and fails with [`Status::InvalidArgument`] naming the option when it
+/// does not fit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanBuilder {
-    n: i64,
-    c: i64,
-    w: i64,
-    r: i64,
-    num_parallel: i64,
-    stream_offset: i64,
-    num_keys: i64,
-    valid_last: Option<i64>,
-    index_dtype: IndexDtype,
-    value_dtype: ValueDtype,
-    gate_width: i64,
+    n: usize,
+    c: usize,
+    w: usize,
+    r: usize,
+    // None: the initializer's value.
+    num_parallel: Option<usize>,
+    stream_offset: Option<usize>,
+    num_keys: Option<usize>,
+    valid_last: Option<usize>,
+    index_dtype: Option<IndexDtype>,
+    value_dtype: Option<ValueDtype>,
+    gate_width: Option<usize>,
     need_read_groups: Option<bool>,
     det_fields: Option<DetFields>,
-    rec_tile: Option<i64>,
-    backend: Backend,
-    device: Option<i32>,
-    num_threads: Option<i32>,
-    output_mode: OutputMode,
+    rec_tile: Option<usize>,
+    backend: Option<Backend>,
+    device: Option<u32>,
+    num_threads: Option<usize>,
+    output_mode: Option<OutputMode>,
 }
 
 impl PlanBuilder {
     /// A plan of `n` chunks of `c` tokens (1..=256), each writing `w` and reading `r` slots
-    /// (1..=256 each, with `c * (w + r) <= 2^17`). Defaults: one stream at offset 0, i32 ids,
-    /// f32 values, one gate per token, read groups on, the spec's default det_fields, the
-    /// library's choice of backend, the plan's own output buffers.
-    pub fn new(n: i64, c: i64, w: i64, r: i64) -> PlanBuilder {
+    /// (1..=256 each, with `c * (w + r) <= 2^17`). Defaults (the header's): one stream at
+    /// offset 0, i32 ids, f32 values, one gate per token, read groups on, the spec's default
+    /// det_fields, the library's choice of backend, the plan's own output buffers.
+    pub fn new(n: usize, c: usize, w: usize, r: usize) -> PlanBuilder {
         PlanBuilder {
             n,
             c,
             w,
             r,
-            num_parallel: 1,
-            stream_offset: 0,
-            num_keys: 0,
+            num_parallel: None,
+            stream_offset: None,
+            num_keys: None,
             valid_last: None,
-            index_dtype: IndexDtype::I32,
-            value_dtype: ValueDtype::F32,
-            gate_width: 1,
+            index_dtype: None,
+            value_dtype: None,
+            gate_width: None,
             need_read_groups: None,
             det_fields: None,
             rec_tile: None,
-            backend: Backend::Auto,
+            backend: None,
             device: None,
             num_threads: None,
-            output_mode: OutputMode::Plan,
+            output_mode: None,
         }
     }
 
-    /// Number of streams: chunk `i` belongs to stream `i % num_parallel` (it must divide N).
-    pub fn num_parallel(mut self, num_parallel: i64) -> PlanBuilder {
-        self.num_parallel = num_parallel;
+    /// Number of streams: chunk `i` belongs to stream `i % num_parallel` (it must divide N;
+    /// default 1).
+    pub fn num_parallel(mut self, num_parallel: usize) -> PlanBuilder {
+        self.num_parallel = Some(num_parallel);
         self
     }
 
-    /// Stream `s` owns the slot ids `[s * stream_offset, s * stream_offset + num_keys)`.
-    pub fn stream_offset(mut self, stream_offset: i64) -> PlanBuilder {
-        self.stream_offset = stream_offset;
+    /// Stream `s` owns the slot ids `[s * stream_offset, s * stream_offset + num_keys)`
+    /// (default 0).
+    pub fn stream_offset(mut self, stream_offset: usize) -> PlanBuilder {
+        self.stream_offset = Some(stream_offset);
         self
     }
 
     /// Slots per stream, 1..=2^32 (required).
-    pub fn num_keys(mut self, num_keys: i64) -> PlanBuilder {
-        self.num_keys = num_keys;
+    pub fn num_keys(mut self, num_keys: usize) -> PlanBuilder {
+        self.num_keys = Some(num_keys);
         self
     }
 
     /// Valid tokens in each stream's last chunk, 1..=C (default C); later tokens are padding.
-    pub fn valid_last(mut self, valid_last: i64) -> PlanBuilder {
+    pub fn valid_last(mut self, valid_last: usize) -> PlanBuilder {
         self.valid_last = Some(valid_last);
         self
     }
 
     /// Element type of `k_idx` and `q_idx` (default `i32`).
     pub fn index_dtype(mut self, dtype: IndexDtype) -> PlanBuilder {
-        self.index_dtype = dtype;
+        self.index_dtype = Some(dtype);
         self
     }
 
     /// Element type of `k_val`, `q_val`, `cpe`, `k_eff` and `q_w` (default `f32`).
     pub fn value_dtype(mut self, dtype: ValueDtype) -> PlanBuilder {
-        self.value_dtype = dtype;
+        self.value_dtype = Some(dtype);
         self
     }
 
     /// Gates per token: 1 (`g` is `[N, C, 1]`, the default) or W (`g` is `[N, C, W]`).
-    pub fn gate_width(mut self, gate_width: i64) -> PlanBuilder {
-        self.gate_width = gate_width;
+    pub fn gate_width(mut self, gate_width: usize) -> PlanBuilder {
+        self.gate_width = Some(gate_width);
         self
     }
 
@@ -119,68 +129,98 @@ impl PlanBuilder {
         self
     }
 
-    /// Tile length L of `tiles_k`, `tiles_q` and `segb_k`, 1..=2^20 (default 128).
-    pub fn rec_tile(mut self, rec_tile: i64) -> PlanBuilder {
+    /// Tile length L of `tiles_k`, `tiles_q` and `segb_k`, 1..=2^20 (default, or 0: 128).
+    pub fn rec_tile(mut self, rec_tile: usize) -> PlanBuilder {
         self.rec_tile = Some(rec_tile);
         self
     }
 
     /// Where the plan runs (default [`Backend::Auto`]; host slices need [`Backend::Cpu`]).
     pub fn backend(mut self, backend: Backend) -> PlanBuilder {
-        self.backend = backend;
+        self.backend = Some(backend);
         self
     }
 
-    /// CUDA device ordinal (default: the current device); ignored by the CPU backend.
-    pub fn device(mut self, device: i32) -> PlanBuilder {
+    /// CUDA device ordinal (default: the current device); ignored by the CPU backend. A `u32`:
+    /// ordinals are small and never negative (the C field is an `int32_t`).
+    pub fn device(mut self, device: u32) -> PlanBuilder {
         self.device = Some(device);
         self
     }
 
     /// CPU worker threads, >= 1 (default, or 0: the hardware's thread count). The output bits
     /// never depend on it.
-    pub fn num_threads(mut self, num_threads: i32) -> PlanBuilder {
+    pub fn num_threads(mut self, num_threads: usize) -> PlanBuilder {
         self.num_threads = Some(num_threads);
         self
     }
 
     /// Who provides the output buffers (default [`OutputMode::Plan`]).
     pub fn output_mode(mut self, mode: OutputMode) -> PlanBuilder {
-        self.output_mode = mode;
+        self.output_mode = Some(mode);
         self
     }
 
-    /// The C descriptor of these options.
-    fn desc(&self) -> sys::sdm_p1_desc {
-        let unset = sys::SDM_P1_UNSET;
+    /// The C descriptor of these options: the header's initializer with the options set here
+    /// written over it, each converted to its C type.
+    fn desc(&self) -> Result<sys::sdm_p1_desc> {
         let mut desc = sys::desc_initializer();
-        desc.N = self.n;
-        desc.C = self.c;
-        desc.W = self.w;
-        desc.R = self.r;
-        desc.num_parallel = self.num_parallel;
-        desc.stream_offset = self.stream_offset;
-        desc.num_keys = self.num_keys;
-        desc.valid_last = self.valid_last.unwrap_or(unset as i64);
-        desc.index_dtype = self.index_dtype.dtype().code();
-        desc.value_dtype = self.value_dtype.dtype().code();
-        desc.gate_width = self.gate_width;
-        desc.need_read_groups = self.need_read_groups.map_or(unset, i32::from);
-        desc.det_fields = self.det_fields.map_or(unset as i64, |f| f.bits() as i64);
-        desc.rec_tile = self.rec_tile.unwrap_or(unset as i64);
-        desc.backend = self.backend.code();
-        desc.device = self.device.unwrap_or(unset);
-        desc.num_threads = self.num_threads.unwrap_or(unset);
-        desc.output_mode = self.output_mode.code();
-        desc
+        desc.N = to_int64("N", self.n)?;
+        desc.C = to_int64("C", self.c)?;
+        desc.W = to_int64("W", self.w)?;
+        desc.R = to_int64("R", self.r)?;
+        if let Some(v) = self.num_parallel {
+            desc.num_parallel = to_int64("num_parallel", v)?;
+        }
+        if let Some(v) = self.stream_offset {
+            desc.stream_offset = to_int64("stream_offset", v)?;
+        }
+        if let Some(v) = self.num_keys {
+            desc.num_keys = to_int64("num_keys", v)?;
+        }
+        if let Some(v) = self.valid_last {
+            desc.valid_last = to_int64("valid_last", v)?;
+        }
+        if let Some(d) = self.index_dtype {
+            desc.index_dtype = d.dtype().code();
+        }
+        if let Some(d) = self.value_dtype {
+            desc.value_dtype = d.dtype().code();
+        }
+        if let Some(v) = self.gate_width {
+            desc.gate_width = to_int64("gate_width", v)?;
+        }
+        if let Some(v) = self.need_read_groups {
+            desc.need_read_groups = i32::from(v);
+        }
+        if let Some(f) = self.det_fields {
+            desc.det_fields = i64::from(f.bits());
+        }
+        if let Some(v) = self.rec_tile {
+            desc.rec_tile = to_int64("rec_tile", v)?;
+        }
+        if let Some(b) = self.backend {
+            desc.backend = b.code();
+        }
+        if let Some(v) = self.device {
+            desc.device = to_int32("device", v)?;
+        }
+        if let Some(v) = self.num_threads {
+            desc.num_threads = to_int32("num_threads", v)?;
+        }
+        if let Some(m) = self.output_mode {
+            desc.output_mode = m.code();
+        }
+        Ok(desc)
     }
 
     /// Creates the plan (`sdm_p1_plan_create`): validates every option, allocates the
     /// workspace and, in [`OutputMode::Plan`], the outputs.
     pub fn build(&self) -> Result<Plan> {
-        let desc = self.desc();
+        let desc = self.desc()?;
         let mut raw = ptr::null_mut();
-        // SAFETY: both pointers are valid for the call; desc is a complete 1.1 descriptor.
+        // SAFETY: both pointers are valid for the call; desc is a complete descriptor made
+        // from the header's initializer.
         check(unsafe { sys::sdm_p1_plan_create(&mut raw, &desc) })?;
         let raw =
             RawPlan(NonNull::new(raw).ok_or_else(|| {
@@ -188,6 +228,28 @@ impl PlanBuilder {
             })?);
         Plan::describe(raw)
     }
+}
+
+/// `value` as the descriptor's `int64_t`, or an error naming the option.
+fn to_int64<T: Copy + fmt::Display + TryInto<i64>>(option: &str, value: T) -> Result<i64> {
+    value.try_into().map_err(|_| {
+        Error::invalid_argument(format!(
+            "PlanBuilder::build: {option} = {value} does not fit the descriptor's int64_t (at \
+             most {})",
+            i64::MAX
+        ))
+    })
+}
+
+/// `value` as the descriptor's `int32_t`, or an error naming the option.
+fn to_int32<T: Copy + fmt::Display + TryInto<i32>>(option: &str, value: T) -> Result<i32> {
+    value.try_into().map_err(|_| {
+        Error::invalid_argument(format!(
+            "PlanBuilder::build: {option} = {value} does not fit the descriptor's int32_t (at \
+             most {})",
+            i32::MAX
+        ))
+    })
 }
 
 /// Owns the library's plan object and destroys it on drop.
@@ -203,6 +265,11 @@ impl Drop for RawPlan {
 
 /// The host inputs of one execute, dense and row-major. `I` is `i32` or `i64`, `V` is `f32`
 /// or [`Bf16`](crate::Bf16); both must be the plan's dtypes.
+///
+/// Made by [`Inputs::new`] (and [`Inputs::with_beta`]): the struct mirrors `sdm_p1_inputs`,
+/// which grows with the library, so it is `#[non_exhaustive]`. The fields stay public to read
+/// and to change one input of an existing value.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug)]
 pub struct Inputs<'a, I: Index, V: Value> {
     /// `[N, C, W]` slot ids of the K entries.
@@ -219,51 +286,39 @@ pub struct Inputs<'a, I: Index, V: Value> {
     pub beta: Option<&'a [f32]>,
 }
 
-/// Per-stream lengths of one execute (since 1.2; `sdm_p1_inputs.stream_lengths`):
-/// `num_parallel` valid-token counts, each in `0..=steps * C` with `steps = N / num_parallel`.
-/// Chunk `c` (stream `c % P`, step `c / P`) then has `clamp(len - step * C, 0, C)` valid
-/// tokens, and the plan's `valid_last` is ignored. A length out of range is bad data
-/// ([`Status::InvalidInput`](crate::Status::InvalidInput) naming the stream).
-#[derive(Clone, Copy, Debug)]
-pub enum StreamLengths<'a> {
-    /// `i32` lengths.
-    I32(&'a [i32]),
-    /// `i64` lengths.
-    I64(&'a [i64]),
-}
-
-impl<'a> From<&'a [i32]> for StreamLengths<'a> {
-    fn from(v: &'a [i32]) -> StreamLengths<'a> {
-        StreamLengths::I32(v)
-    }
-}
-
-impl<'a> From<&'a [i64]> for StreamLengths<'a> {
-    fn from(v: &'a [i64]) -> StreamLengths<'a> {
-        StreamLengths::I64(v)
-    }
-}
-
-impl StreamLengths<'_> {
-    fn len(&self) -> usize {
-        match self {
-            StreamLengths::I32(v) => v.len(),
-            StreamLengths::I64(v) => v.len(),
+impl<'a, I: Index, V: Value> Inputs<'a, I, V> {
+    /// The inputs every plan needs, in the header's order; no `beta`.
+    pub fn new(
+        k_idx: &'a [I],
+        q_idx: &'a [I],
+        k_val: &'a [V],
+        q_val: &'a [V],
+        g: &'a [f32],
+    ) -> Inputs<'a, I, V> {
+        Inputs {
+            k_idx,
+            q_idx,
+            k_val,
+            q_val,
+            g,
+            beta: None,
         }
     }
 
-    // The C struct's pointer and dtype fields.
-    fn raw(&self) -> (*const c_void, i32) {
-        match self {
-            StreamLengths::I32(v) => (v.as_ptr().cast(), sys::SDM_P1_DTYPE_INT32 as i32),
-            StreamLengths::I64(v) => (v.as_ptr().cast(), sys::SDM_P1_DTYPE_INT64 as i32),
-        }
+    /// The same inputs with `beta` (`[N, C]`), which a plan computing `kspa` needs.
+    pub fn with_beta(mut self, beta: &'a [f32]) -> Inputs<'a, I, V> {
+        self.beta = Some(beta);
+        self
     }
 }
 
 /// The device inputs of one [`Plan::execute_device`]: raw pointers to device memory of the
 /// plan's device, each array as in [`Inputs`]. Null pointers are refused by the library,
 /// except `beta` when the plan does not compute `kspa`.
+///
+/// Made by [`DeviceInputs::new`] (and [`DeviceInputs::with_beta`]) or `Default` (every
+/// pointer null); `#[non_exhaustive]` as [`Inputs`].
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceInputs {
     /// `[N, C, W]` slot ids, the plan's index dtype.
@@ -280,15 +335,63 @@ pub struct DeviceInputs {
     pub beta: *const f32,
 }
 
+impl DeviceInputs {
+    /// The device arrays every plan needs, in the header's order; `beta` null.
+    pub fn new(
+        k_idx: *const c_void,
+        q_idx: *const c_void,
+        k_val: *const c_void,
+        q_val: *const c_void,
+        g: *const f32,
+    ) -> DeviceInputs {
+        DeviceInputs {
+            k_idx,
+            q_idx,
+            k_val,
+            q_val,
+            g,
+            beta: ptr::null(),
+        }
+    }
+
+    /// The same pointers with `beta` (`[N, C]` f32), which a plan computing `kspa` needs.
+    pub fn with_beta(mut self, beta: *const f32) -> DeviceInputs {
+        self.beta = beta;
+        self
+    }
+}
+
 impl Default for DeviceInputs {
     fn default() -> DeviceInputs {
-        DeviceInputs {
-            k_idx: ptr::null(),
-            q_idx: ptr::null(),
-            k_val: ptr::null(),
-            q_val: ptr::null(),
-            g: ptr::null(),
-            beta: ptr::null(),
+        DeviceInputs::new(
+            ptr::null(),
+            ptr::null(),
+            ptr::null(),
+            ptr::null(),
+            ptr::null(),
+        )
+    }
+}
+
+/// Per-stream lengths in device memory, for [`Plan::execute_device`] (since 1.2;
+/// `sdm_p1_inputs.stream_lengths` and its dtype): a pointer to `num_parallel` elements of
+/// the named type, with the meaning of [`Plan::execute`]'s `lengths`. `#[non_exhaustive]`:
+/// the C API may accept more element types.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceStreamLengths {
+    /// `int32_t` lengths.
+    I32(*const i32),
+    /// `int64_t` lengths.
+    I64(*const i64),
+}
+
+impl DeviceStreamLengths {
+    // The C struct's pointer and dtype fields.
+    fn raw(self) -> (*const c_void, i32) {
+        match self {
+            DeviceStreamLengths::I32(p) => (p.cast(), sys::SDM_P1_DTYPE_INT32 as i32),
+            DeviceStreamLengths::I64(p) => (p.cast(), sys::SDM_P1_DTYPE_INT64 as i32),
         }
     }
 }
@@ -336,18 +439,105 @@ impl OutputBuffers {
 pub struct Plan {
     raw: RawPlan,
     // The options the library resolved (every unset option replaced by its choice).
-    desc: sys::sdm_p1_desc,
-    index_dtype: IndexDtype,
-    value_dtype: ValueDtype,
-    backend: Backend,
-    output_mode: OutputMode,
-    det_fields: DetFields,
+    options: Resolved,
     infos: Vec<FieldInfo>,
     // The plan's own output buffers (null in OutputMode::Caller and for fields not computed).
     buffers: Vec<*mut c_void>,
     workspace_size: usize,
     // Whether the plan's host buffers hold the outputs of a successful execute.
     executed: bool,
+}
+
+/// What `sdm_p1_plan_desc` reports, in this crate's types (converted once, at build).
+#[derive(Clone, Copy, Debug)]
+struct Resolved {
+    n: usize,
+    c: usize,
+    w: usize,
+    r: usize,
+    num_parallel: usize,
+    stream_offset: usize,
+    num_keys: usize,
+    valid_last: usize,
+    index_dtype: IndexDtype,
+    value_dtype: ValueDtype,
+    gate_width: usize,
+    need_read_groups: bool,
+    det_fields: DetFields,
+    rec_tile: usize,
+    backend: Backend,
+    device: Option<u32>,
+    num_threads: usize,
+    output_mode: OutputMode,
+}
+
+impl Resolved {
+    fn from_desc(desc: &sys::sdm_p1_desc) -> Result<Resolved> {
+        let index_dtype = match desc.index_dtype as u32 {
+            sys::SDM_P1_DTYPE_INT32 => IndexDtype::I32,
+            sys::SDM_P1_DTYPE_INT64 => IndexDtype::I64,
+            _ => return Err(unknown("index_dtype", desc.index_dtype)),
+        };
+        let value_dtype = match desc.value_dtype as u32 {
+            sys::SDM_P1_DTYPE_FLOAT32 => ValueDtype::F32,
+            sys::SDM_P1_DTYPE_BFLOAT16 => ValueDtype::Bf16,
+            _ => return Err(unknown("value_dtype", desc.value_dtype)),
+        };
+        let backend = match desc.backend as u32 {
+            sys::SDM_P1_BACKEND_CPU => Backend::Cpu,
+            sys::SDM_P1_BACKEND_CUDA => Backend::Cuda,
+            _ => return Err(unknown("backend", desc.backend)),
+        };
+        let output_mode = match desc.output_mode as u32 {
+            sys::SDM_P1_OUTPUTS_PLAN => OutputMode::Plan,
+            sys::SDM_P1_OUTPUTS_CALLER => OutputMode::Caller,
+            _ => return Err(unknown("output_mode", desc.output_mode)),
+        };
+        let det_fields = u32::try_from(desc.det_fields)
+            .ok()
+            .and_then(DetFields::from_bits)
+            .ok_or_else(|| unknown("det_fields", desc.det_fields))?;
+        // The CPU backend keeps the device as given: unset stays SDM_P1_UNSET.
+        let device = if desc.device == sys::SDM_P1_UNSET {
+            None
+        } else {
+            Some(from_c("device", desc.device)?)
+        };
+        Ok(Resolved {
+            n: from_c("N", desc.N)?,
+            c: from_c("C", desc.C)?,
+            w: from_c("W", desc.W)?,
+            r: from_c("R", desc.R)?,
+            num_parallel: from_c("num_parallel", desc.num_parallel)?,
+            stream_offset: from_c("stream_offset", desc.stream_offset)?,
+            num_keys: from_c("num_keys", desc.num_keys)?,
+            valid_last: from_c("valid_last", desc.valid_last)?,
+            index_dtype,
+            value_dtype,
+            gate_width: from_c("gate_width", desc.gate_width)?,
+            need_read_groups: desc.need_read_groups != 0,
+            det_fields,
+            rec_tile: from_c("rec_tile", desc.rec_tile)?,
+            backend,
+            device,
+            num_threads: from_c("num_threads", desc.num_threads)?,
+            output_mode,
+        })
+    }
+}
+
+/// A resolved option as this crate's type; the library validated it, so a value that does
+/// not fit (a negative count) is a library bug.
+fn from_c<T: TryFrom<i64>>(option: &str, value: impl Into<i64>) -> Result<T> {
+    let value = value.into();
+    T::try_from(value).map_err(|_| unknown(option, value))
+}
+
+fn unknown(option: &str, value: impl fmt::Display) -> Error {
+    Error::new(
+        Status::Internal,
+        format!("sdm_p1_plan_desc reports {option} = {value}, which this crate cannot represent"),
+    )
 }
 
 // SAFETY: Send. The plan is a heap object of the library with no tie to the thread that made
@@ -369,24 +559,10 @@ unsafe impl Sync for Plan {}
 impl fmt::Debug for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Plan")
-            .field("n", &self.desc.N)
-            .field("c", &self.desc.C)
-            .field("w", &self.desc.W)
-            .field("r", &self.desc.R)
-            .field("backend", &self.backend)
-            .field("index_dtype", &self.index_dtype)
-            .field("value_dtype", &self.value_dtype)
-            .field("det_fields", &self.det_fields)
-            .field("output_mode", &self.output_mode)
+            .field("options", &self.options)
+            .field("workspace_size", &self.workspace_size)
             .finish_non_exhaustive()
     }
-}
-
-fn internal(what: &str, value: i64) -> Error {
-    Error::new(
-        Status::Internal,
-        format!("the plan reports an unknown {what} {value}"),
-    )
 }
 
 impl Plan {
@@ -408,38 +584,9 @@ impl Plan {
             .zip(&views)
             .map(|(&f, v)| FieldInfo::from_view(f, v))
             .collect::<Result<Vec<_>>>()?;
-        let index_dtype = match desc.index_dtype as u32 {
-            sys::SDM_P1_DTYPE_INT32 => IndexDtype::I32,
-            sys::SDM_P1_DTYPE_INT64 => IndexDtype::I64,
-            _ => return Err(internal("index dtype", desc.index_dtype.into())),
-        };
-        let value_dtype = match desc.value_dtype as u32 {
-            sys::SDM_P1_DTYPE_FLOAT32 => ValueDtype::F32,
-            sys::SDM_P1_DTYPE_BFLOAT16 => ValueDtype::Bf16,
-            _ => return Err(internal("value dtype", desc.value_dtype.into())),
-        };
-        let backend = match desc.backend as u32 {
-            sys::SDM_P1_BACKEND_CPU => Backend::Cpu,
-            sys::SDM_P1_BACKEND_CUDA => Backend::Cuda,
-            _ => return Err(internal("backend", desc.backend.into())),
-        };
-        let output_mode = match desc.output_mode as u32 {
-            sys::SDM_P1_OUTPUTS_PLAN => OutputMode::Plan,
-            sys::SDM_P1_OUTPUTS_CALLER => OutputMode::Caller,
-            _ => return Err(internal("output mode", desc.output_mode.into())),
-        };
-        let det_fields = u32::try_from(desc.det_fields)
-            .ok()
-            .and_then(DetFields::from_bits)
-            .ok_or_else(|| internal("det_fields", desc.det_fields))?;
         Ok(Plan {
             raw,
-            desc,
-            index_dtype,
-            value_dtype,
-            backend,
-            output_mode,
-            det_fields,
+            options: Resolved::from_desc(&desc)?,
             infos,
             buffers: views.iter().map(|v| v.data).collect(),
             workspace_size,
@@ -448,6 +595,15 @@ impl Plan {
     }
 
     /// Runs the plan on host slices (CPU backend) and returns views of the plan's buffers.
+    ///
+    /// `lengths`: `None` applies the plan's `valid_last` rule. `Some(lengths)` (since 1.2;
+    /// `sdm_p1_inputs.stream_lengths`) gives each of the `num_parallel` streams its own number
+    /// of valid tokens, in `0..=steps * C` with `steps = N / num_parallel`: chunk `c` (stream
+    /// `c % num_parallel`, step `c / num_parallel`) then has `clamp(len - step * C, 0, C)`
+    /// valid tokens and `valid_last` is ignored, so one plan serves batches of one padded
+    /// shape whatever their lengths. A slice of another length than `num_parallel` is refused
+    /// ([`Status::InvalidArgument`]); a length out of range is bad data
+    /// ([`Status::InvalidInput`] naming the stream), reported before any output is written.
     ///
     /// Checks first that the plan runs on the CPU, keeps its own buffers
     /// ([`OutputMode::Plan`]), and that `I`, `V` and every slice length match the plan
@@ -458,39 +614,20 @@ impl Plan {
     pub fn execute<I: Index, V: Value>(
         &mut self,
         inputs: &Inputs<'_, I, V>,
+        lengths: Option<&[usize]>,
     ) -> Result<Outputs<'_>> {
-        self.run_host("Plan::execute", inputs, None)
-    }
-
-    /// [`Plan::execute`] with per-stream lengths (`num_parallel` of them, see
-    /// [`StreamLengths`]) in place of the plan's `valid_last` rule: one plan serves batches
-    /// of one padded shape whatever their lengths. A slice of another length is refused
-    /// ([`Status::InvalidArgument`]); a length outside `0..=steps * C` is the library's
-    /// [`Status::InvalidInput`], reported before any output is written.
-    pub fn execute_with_lengths<'l, I: Index, V: Value>(
-        &mut self,
-        inputs: &Inputs<'_, I, V>,
-        lengths: impl Into<StreamLengths<'l>>,
-    ) -> Result<Outputs<'_>> {
-        self.run_host("Plan::execute_with_lengths", inputs, Some(lengths.into()))
-    }
-
-    fn run_host<I: Index, V: Value>(
-        &mut self,
-        who: &str,
-        inputs: &Inputs<'_, I, V>,
-        lengths: Option<StreamLengths<'_>>,
-    ) -> Result<Outputs<'_>> {
-        let raw_inputs = self.host_inputs(who, inputs, lengths)?;
-        if self.output_mode == OutputMode::Caller {
+        let who = "Plan::execute";
+        let (raw_inputs, _lengths) = self.host_inputs(who, inputs, lengths)?;
+        if self.options.output_mode == OutputMode::Caller {
             return Err(Error::invalid_argument(format!(
                 "{who}: the plan is in OutputMode::Caller and has no output buffers; use \
                  execute_into with Plan::output_buffers"
             )));
         }
         self.executed = false;
-        // SAFETY: the inputs point into slices of the checked lengths and types, alive for
-        // the call; null outputs with count 0 select the plan's buffers.
+        // SAFETY: the inputs point into slices of the checked lengths and types (and the
+        // lengths into `_lengths`), alive for the call; null outputs with count 0 select the
+        // plan's buffers.
         check(unsafe {
             sys::sdm_p1_execute(
                 self.raw.0.as_ptr(),
@@ -538,39 +675,16 @@ impl Plan {
     /// Runs the plan on host slices (CPU backend), writing into `buffers` (made by
     /// [`Plan::output_buffers`] of a plan with the same shapes), and returns views of them.
     ///
-    /// Works in both output modes; the plan's own buffers are left as they were. Checks and
-    /// errors as [`Plan::execute`].
+    /// Works in both output modes; the plan's own buffers are left as they were. `lengths`,
+    /// checks and errors as [`Plan::execute`].
     pub fn execute_into<'b, I: Index, V: Value>(
         &mut self,
         inputs: &Inputs<'_, I, V>,
+        lengths: Option<&[usize]>,
         buffers: &'b mut OutputBuffers,
     ) -> Result<Outputs<'b>> {
-        self.run_into("Plan::execute_into", inputs, None, buffers)
-    }
-
-    /// [`Plan::execute_into`] with per-stream lengths, as [`Plan::execute_with_lengths`].
-    pub fn execute_into_with_lengths<'b, 'l, I: Index, V: Value>(
-        &mut self,
-        inputs: &Inputs<'_, I, V>,
-        lengths: impl Into<StreamLengths<'l>>,
-        buffers: &'b mut OutputBuffers,
-    ) -> Result<Outputs<'b>> {
-        self.run_into(
-            "Plan::execute_into_with_lengths",
-            inputs,
-            Some(lengths.into()),
-            buffers,
-        )
-    }
-
-    fn run_into<'b, I: Index, V: Value>(
-        &mut self,
-        who: &str,
-        inputs: &Inputs<'_, I, V>,
-        lengths: Option<StreamLengths<'_>>,
-        buffers: &'b mut OutputBuffers,
-    ) -> Result<Outputs<'b>> {
-        let raw_inputs = self.host_inputs(who, inputs, lengths)?;
+        let who = "Plan::execute_into";
+        let (raw_inputs, _lengths) = self.host_inputs(who, inputs, lengths)?;
         if buffers.infos != self.infos {
             return Err(Error::invalid_argument(format!(
                 "{who}: the buffers were made for a plan with other outputs (shapes, dtypes or \
@@ -595,6 +709,12 @@ impl Plan {
     /// Enqueues the plan on a CUDA stream with inputs (and optionally outputs) in device
     /// memory (`sdm_p1_execute` on a plan of the CUDA backend).
     ///
+    /// `lengths`: `None` applies the plan's `valid_last` rule; `Some` points to per-stream
+    /// lengths in device memory, with the meaning of [`Plan::execute`]'s (a null pointer
+    /// counts as `None`). The kernels read them, so the launch needs no host synchronization
+    /// and a captured graph reads the buffer's lengths at each replay; a length outside
+    /// `0..=steps * C` is reported by [`Plan::execute_status`].
+    ///
     /// `outputs`: `None` writes the plan's own buffers ([`OutputMode::Plan`]; their device
     /// addresses are [`Plan::buffer_ptr`]). `Some(ptrs)` gives a device buffer per field,
     /// indexed by [`Field::index`] (at most [`Field::COUNT`] entries; missing entries count
@@ -616,52 +736,31 @@ impl Plan {
     ///   holding a dense row-major array of the shape and element type documented on
     ///   [`DeviceInputs`] (the plan's index and value dtypes), naturally aligned. `beta` is
     ///   non-null when the plan computes `kspa`.
+    /// - A non-null `lengths` pointer points to `num_parallel` naturally aligned elements of
+    ///   its type in device memory of the plan's device.
     /// - Every non-null entry `ptrs[f]` for a field the plan computes points to device memory
     ///   of the plan's device of at least [`Plan::field_info`]`(f).bytes()` bytes, aligned
     ///   for its dtype, not overlapping the inputs or another output.
     /// - `stream` is null or a valid stream of the plan's device.
-    /// - Until the enqueued work has completed on `stream`: the inputs stay allocated and
-    ///   unchanged, the output buffers stay allocated and are not read or written by other
-    ///   work, and the plan is not dropped (dropping frees its buffers and workspace).
+    /// - Until the enqueued work has completed on `stream`: the inputs and lengths stay
+    ///   allocated and unchanged, the output buffers stay allocated and are not read or
+    ///   written by other work, and the plan is not dropped (dropping frees its buffers and
+    ///   workspace).
     /// - Executes of one plan are ordered on the device (the same stream, or synchronized
     ///   between): they share the plan's workspace and buffers.
     pub unsafe fn execute_device(
         &mut self,
         inputs: &DeviceInputs,
+        lengths: Option<DeviceStreamLengths>,
         outputs: Option<&[*mut c_void]>,
         stream: *mut c_void,
     ) -> Result<()> {
-        // SAFETY: as the caller guarantees; no lengths.
-        unsafe {
-            self.execute_device_with_lengths(inputs, ptr::null(), IndexDtype::I32, outputs, stream)
-        }
-    }
-
-    /// [`Plan::execute_device`] with per-stream lengths in device memory (see
-    /// [`StreamLengths`]): `lengths` points to `num_parallel` elements of `dtype` (`i32` or
-    /// `i64`), or is null (the plan's `valid_last` rule). The kernels read them, so the
-    /// launch needs no host synchronization and a captured graph reads the buffer's lengths
-    /// at each replay; a length outside `0..=steps * C` is reported by
-    /// [`Plan::execute_status`].
-    ///
-    /// # Safety
-    ///
-    /// As [`Plan::execute_device`], and `lengths` is null or points to `num_parallel`
-    /// naturally aligned elements of `dtype` in device memory of the plan's device, allocated
-    /// and unchanged until the enqueued work has completed.
-    pub unsafe fn execute_device_with_lengths(
-        &mut self,
-        inputs: &DeviceInputs,
-        lengths: *const c_void,
-        dtype: IndexDtype,
-        outputs: Option<&[*mut c_void]>,
-        stream: *mut c_void,
-    ) -> Result<()> {
-        if self.backend != Backend::Cuda {
+        let who = "Plan::execute_device";
+        if self.options.backend != Backend::Cuda {
             return Err(Error::invalid_argument(format!(
-                "Plan::execute_device: the plan runs on the {:?} backend, not Backend::Cuda \
-                 (host slices go through execute)",
-                self.backend
+                "{who}: the plan runs on the {:?} backend, not Backend::Cuda (host slices go \
+                 through execute)",
+                self.options.backend
             )));
         }
         let (out_ptr, count) = match outputs {
@@ -669,7 +768,7 @@ impl Plan {
             Some(ptrs) if ptrs.len() <= Field::COUNT => (ptrs.as_ptr(), ptrs.len() as i32),
             Some(ptrs) => {
                 return Err(Error::invalid_argument(format!(
-                    "Plan::execute_device: {} output pointers, at most Field::COUNT = {}",
+                    "{who}: {} output pointers, at most Field::COUNT = {}",
                     ptrs.len(),
                     Field::COUNT
                 )))
@@ -682,11 +781,9 @@ impl Plan {
         raw_inputs.q_val = inputs.q_val;
         raw_inputs.g = inputs.g;
         raw_inputs.beta = inputs.beta;
-        raw_inputs.stream_lengths = lengths;
-        raw_inputs.stream_lengths_dtype = match dtype {
-            IndexDtype::I32 => sys::SDM_P1_DTYPE_INT32,
-            IndexDtype::I64 => sys::SDM_P1_DTYPE_INT64,
-        } as i32;
+        if let Some(l) = lengths {
+            (raw_inputs.stream_lengths, raw_inputs.stream_lengths_dtype) = l.raw();
+        }
         self.executed = false;
         // SAFETY: the caller guarantees the pointers and the stream (see # Safety).
         check(unsafe {
@@ -695,54 +792,58 @@ impl Plan {
     }
 
     /// The data check of the plan's last execute (`sdm_p1_execute_status`): `Ok` when every
-    /// valid token's ids lay in its stream's range and every gate was finite and below 2^22,
-    /// else [`Status::InvalidInput`] with the message the CPU backend gives for the same
-    /// inputs. CUDA backend: call it only after the stream of that execute has been
-    /// synchronized (it copies 24 bytes from the device). CPU backend, or a plan never
-    /// executed: always `Ok` (the CPU's execute reports bad data itself).
+    /// stream length lay in range, every valid token's ids lay in its stream's range and
+    /// every gate was finite and below 2^22, else [`Status::InvalidInput`] with the message
+    /// the CPU backend gives for the same inputs. CUDA backend: call it only after the stream
+    /// of that execute has been synchronized (it copies 24 bytes from the device). CPU
+    /// backend, or a plan never executed: always `Ok` (the CPU's execute reports bad data
+    /// itself).
     pub fn execute_status(&mut self) -> Result<()> {
         // SAFETY: a live plan, not used concurrently (&mut self).
         check(unsafe { sys::sdm_p1_execute_status(self.raw.0.as_ptr()) })
     }
 
-    /// Checks host inputs against the plan and returns them as the C struct.
+    /// Checks host inputs (and per-stream lengths) against the plan and returns them as the C
+    /// struct, with the lengths as the `int64_t` array it points to: keep that alive for the
+    /// call (moving the Vec does not move its elements).
     fn host_inputs<I: Index, V: Value>(
         &self,
         who: &str,
         inputs: &Inputs<'_, I, V>,
-        lengths: Option<StreamLengths<'_>>,
-    ) -> Result<sys::sdm_p1_inputs> {
-        if self.backend != Backend::Cpu {
+        lengths: Option<&[usize]>,
+    ) -> Result<(sys::sdm_p1_inputs, Option<Vec<i64>>)> {
+        let o = &self.options;
+        if o.backend != Backend::Cpu {
             return Err(Error::invalid_argument(format!(
                 "{who}: the plan runs on the {:?} backend; host slices need Backend::Cpu \
                  (device memory goes through execute_device)",
-                self.backend
+                o.backend
             )));
         }
-        if I::INDEX_DTYPE != self.index_dtype {
+        if I::INDEX_DTYPE != o.index_dtype {
             return Err(Error::invalid_argument(format!(
                 "{who}: k_idx and q_idx are {:?} but the plan's index dtype is {:?}",
                 I::INDEX_DTYPE,
-                self.index_dtype
+                o.index_dtype
             )));
         }
-        if V::VALUE_DTYPE != self.value_dtype {
+        if V::VALUE_DTYPE != o.value_dtype {
             return Err(Error::invalid_argument(format!(
                 "{who}: k_val and q_val are {:?} but the plan's value dtype is {:?}",
                 V::VALUE_DTYPE,
-                self.value_dtype
+                o.value_dtype
             )));
         }
-        let tokens = self.n() * self.c();
+        let tokens = o.n * o.c;
         let checks = [
-            ("k_idx", inputs.k_idx.len(), tokens * self.w(), "N * C * W"),
-            ("q_idx", inputs.q_idx.len(), tokens * self.r(), "N * C * R"),
-            ("k_val", inputs.k_val.len(), tokens * self.w(), "N * C * W"),
-            ("q_val", inputs.q_val.len(), tokens * self.r(), "N * C * R"),
+            ("k_idx", inputs.k_idx.len(), tokens * o.w, "N * C * W"),
+            ("q_idx", inputs.q_idx.len(), tokens * o.r, "N * C * R"),
+            ("k_val", inputs.k_val.len(), tokens * o.w, "N * C * W"),
+            ("q_val", inputs.q_val.len(), tokens * o.r, "N * C * R"),
             (
                 "g",
                 inputs.g.len(),
-                tokens * self.gate_width(),
+                tokens * o.gate_width,
                 "N * C * gate_width",
             ),
             (
@@ -759,6 +860,7 @@ impl Plan {
                 )));
             }
         }
+        let lengths = lengths.map(|l| self.stream_lengths(who, l)).transpose()?;
         let mut raw = sys::inputs_initializer();
         raw.k_idx = inputs.k_idx.as_ptr().cast();
         raw.q_idx = inputs.q_idx.as_ptr().cast();
@@ -766,17 +868,39 @@ impl Plan {
         raw.q_val = inputs.q_val.as_ptr().cast();
         raw.g = inputs.g.as_ptr();
         raw.beta = inputs.beta.map_or(ptr::null(), <[f32]>::as_ptr);
-        if let Some(l) = lengths {
-            let streams = self.num_parallel();
-            if l.len() != streams {
-                return Err(Error::invalid_argument(format!(
-                    "{who}: stream_lengths has {} elements; the plan needs num_parallel = {streams}",
-                    l.len()
-                )));
-            }
-            (raw.stream_lengths, raw.stream_lengths_dtype) = l.raw();
+        if let Some(l) = &lengths {
+            raw.stream_lengths = l.as_ptr().cast();
+            raw.stream_lengths_dtype = sys::SDM_P1_DTYPE_INT64 as i32;
         }
-        Ok(raw)
+        Ok((raw, lengths))
+    }
+
+    /// Per-stream lengths as the C API's `int64_t`: one per stream, each representable
+    /// (the library checks the range itself).
+    fn stream_lengths(&self, who: &str, lengths: &[usize]) -> Result<Vec<i64>> {
+        let streams = self.options.num_parallel;
+        if lengths.len() != streams {
+            return Err(Error::invalid_argument(format!(
+                "{who}: stream_lengths has {} elements; the plan needs num_parallel = {streams}",
+                lengths.len()
+            )));
+        }
+        let most = self.options.n / streams * self.options.c;
+        let mut converted = Vec::with_capacity(streams);
+        for (stream, &length) in lengths.iter().enumerate() {
+            // Out of range either way: the status the library gives a length out of range.
+            let length = i64::try_from(length).map_err(|_| {
+                Error::new(
+                    Status::InvalidInput,
+                    format!(
+                        "{who}: stream_lengths[{stream}] = {length} does not fit the C API's \
+                         int64_t: stream {stream}'s length must be in 0..={most}"
+                    ),
+                )
+            })?;
+            converted.push(length);
+        }
+        Ok(converted)
     }
 
     /// Dtype, whether computed, shape and size of `field`.
@@ -803,92 +927,93 @@ impl Plan {
 
     /// N: chunks.
     pub fn n(&self) -> usize {
-        self.desc.N as usize
+        self.options.n
     }
 
     /// C: tokens per chunk.
     pub fn c(&self) -> usize {
-        self.desc.C as usize
+        self.options.c
     }
 
     /// W: write slots per token.
     pub fn w(&self) -> usize {
-        self.desc.W as usize
+        self.options.w
     }
 
     /// R: read slots per token.
     pub fn r(&self) -> usize {
-        self.desc.R as usize
+        self.options.r
     }
 
     /// Number of streams.
     pub fn num_parallel(&self) -> usize {
-        self.desc.num_parallel as usize
+        self.options.num_parallel
     }
 
     /// Slot-id offset between streams.
-    pub fn stream_offset(&self) -> i64 {
-        self.desc.stream_offset
+    pub fn stream_offset(&self) -> usize {
+        self.options.stream_offset
     }
 
     /// Slots per stream.
-    pub fn num_keys(&self) -> i64 {
-        self.desc.num_keys
+    pub fn num_keys(&self) -> usize {
+        self.options.num_keys
     }
 
     /// Valid tokens in each stream's last chunk (resolved: C when unset).
     pub fn valid_last(&self) -> usize {
-        self.desc.valid_last as usize
+        self.options.valid_last
     }
 
     /// Gates per token (1 or W).
     pub fn gate_width(&self) -> usize {
-        self.desc.gate_width as usize
+        self.options.gate_width
     }
 
     /// Element type of the slot ids.
     pub fn index_dtype(&self) -> IndexDtype {
-        self.index_dtype
+        self.options.index_dtype
     }
 
     /// Element type of the values.
     pub fn value_dtype(&self) -> ValueDtype {
-        self.value_dtype
+        self.options.value_dtype
     }
 
     /// Whether the read-side groups are computed.
     pub fn need_read_groups(&self) -> bool {
-        self.desc.need_read_groups != 0
+        self.options.need_read_groups
     }
 
     /// The optional outputs computed (resolved: [`DetFields::SHIPPED`] when unset).
     pub fn det_fields(&self) -> DetFields {
-        self.det_fields
+        self.options.det_fields
     }
 
     /// Tile length L (resolved: 128 when unset).
     pub fn rec_tile(&self) -> usize {
-        self.desc.rec_tile as usize
+        self.options.rec_tile
     }
 
     /// The backend the plan runs on ([`Backend::Auto`] resolved to CPU or CUDA).
     pub fn backend(&self) -> Backend {
-        self.backend
+        self.options.backend
     }
 
-    /// The CUDA device ordinal as resolved by the library (meaningless for the CPU backend).
-    pub fn device(&self) -> i32 {
-        self.desc.device
+    /// The CUDA device ordinal: for the CUDA backend the one the library resolved; for the
+    /// CPU backend, which ignores it, what the builder was given (`None`: not set).
+    pub fn device(&self) -> Option<u32> {
+        self.options.device
     }
 
-    /// CPU worker threads (resolved: the hardware's thread count when unset).
+    /// CPU worker threads (resolved: the hardware's thread count when unset, at most N).
     pub fn num_threads(&self) -> usize {
-        self.desc.num_threads as usize
+        self.options.num_threads
     }
 
     /// Who provides the output buffers.
     pub fn output_mode(&self) -> OutputMode {
-        self.output_mode
+        self.options.output_mode
     }
 }
 

@@ -43,6 +43,9 @@ impl From<Bf16> for f32 {
 }
 
 /// The element type of an input or output array (`sdm_p1_dtype`).
+///
+/// Non-exhaustive: a minor release of the library may add element types.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dtype {
     /// `int8` (`i8`): the flag outputs.
@@ -88,6 +91,9 @@ impl Dtype {
 }
 
 /// The element type of the slot ids `k_idx` and `q_idx`.
+///
+/// Non-exhaustive: a minor release of the library may add id types.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IndexDtype {
     /// `i32` ids (the default).
@@ -107,6 +113,9 @@ impl IndexDtype {
 }
 
 /// The element type of `k_val`, `q_val` and the outputs `cpe`, `k_eff` and `q_w`.
+///
+/// Non-exhaustive: a minor release of the library may add value types.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ValueDtype {
     /// `f32` values (the default).
@@ -126,6 +135,9 @@ impl ValueDtype {
 }
 
 /// Where a plan runs (`sdm_p1_backend`).
+///
+/// Non-exhaustive: a minor release of the library may add backends.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
     /// The library picks: CUDA when built in and a device is present, else the CPU. Host
@@ -149,6 +161,9 @@ impl Backend {
 }
 
 /// Who provides the output buffers of an execute (`sdm_p1_output_mode`).
+///
+/// Non-exhaustive: a minor release of the library may add modes.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OutputMode {
     /// The plan allocates every requested output once; each execute overwrites them.
@@ -349,6 +364,9 @@ impl Value for Bf16 {
 }
 
 /// The elements of one output array, typed by its [`Dtype`] (row-major, flattened).
+///
+/// Non-exhaustive: a minor release of the library may add element types (one variant each).
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Data<'a> {
     /// An `int8` array.

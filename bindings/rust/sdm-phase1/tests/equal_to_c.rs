@@ -124,15 +124,13 @@ fn execute_into_on_a_plan_mode_plan_leaves_its_buffers() {
 
     // A caller buffer gets the second run; the plan's own buffers keep the first.
     let mut buffers = plan.output_buffers();
-    let inputs = sdm_phase1::Inputs {
-        k_idx: &common::ids_i32(&second.k_idx),
-        q_idx: &common::ids_i32(&second.q_idx),
-        k_val: &second.k_val,
-        q_val: &second.q_val,
-        g: &second.g,
-        beta: Some(&second.beta),
-    };
-    let out = plan.execute_into(&inputs, &mut buffers).unwrap();
+    let (k_idx, q_idx) = (
+        common::ids_i32(&second.k_idx),
+        common::ids_i32(&second.q_idx),
+    );
+    let inputs = sdm_phase1::Inputs::new(&k_idx, &q_idx, &second.k_val, &second.q_val, &second.g)
+        .with_beta(&second.beta);
+    let out = plan.execute_into(&inputs, None, &mut buffers).unwrap();
     assert_same(&case, &want_second, &common::collect(&plan, &out));
     let own = plan.outputs().unwrap();
     assert_same(&case, &want_first, &common::collect(&plan, &own));

@@ -21,23 +21,12 @@ fn wrong_lengths_name_the_slice() {
     let d = random_data(&case);
     let (k, q) = (ids_i32(&d.k_idx), ids_i32(&d.q_idx));
     let mut plan = case.builder().build().unwrap();
-    let good = Inputs {
-        k_idx: &k,
-        q_idx: &q,
-        k_val: &d.k_val,
-        q_val: &d.q_val,
-        g: &d.g,
-        beta: None,
-    };
-    assert!(plan.execute(&good).is_ok());
+    let good = Inputs::new(&k, &q, &d.k_val, &d.q_val, &d.g);
+    assert!(plan.execute(&good, None).is_ok());
 
-    let short = &k[..k.len() - 1];
-    let err = plan
-        .execute(&Inputs {
-            k_idx: short,
-            ..good
-        })
-        .unwrap_err();
+    let mut short = good;
+    short.k_idx = &k[..k.len() - 1];
+    let err = plan.execute(&short, None).unwrap_err();
     assert_eq!(err.status(), Status::InvalidArgument);
     assert_eq!(
         err.message(),
@@ -48,25 +37,21 @@ fn wrong_lengths_name_the_slice() {
         "a refused call leaves the last outputs"
     );
 
-    let err = plan
-        .execute(&Inputs {
-            q_val: &d.k_val[..10],
-            ..good
-        })
-        .unwrap_err();
+    let mut short = good;
+    short.q_val = &d.k_val[..10];
+    let err = plan.execute(&short, None).unwrap_err();
     assert!(err.message().contains("q_val has 10 elements"), "{err}");
     let long_g = [d.g.clone(), d.g.clone()].concat();
-    let err = plan.execute(&Inputs { g: &long_g, ..good }).unwrap_err();
+    let mut long = good;
+    long.g = &long_g;
+    let err = plan.execute(&long, None).unwrap_err();
     assert!(
         err.message()
             .contains("g has 64 elements; the plan needs N * C * gate_width = 32"),
         "{err}"
     );
     let err = plan
-        .execute(&Inputs {
-            beta: Some(&d.beta[1..]),
-            ..good
-        })
+        .execute(&good.with_beta(&d.beta[1..]), None)
         .unwrap_err();
     assert!(err.message().contains("beta has 31 elements"), "{err}");
 }
@@ -79,14 +64,10 @@ fn wrong_element_types_are_refused() {
     let k16 = common::vals_bf16(&d.k_val);
     let q16 = common::vals_bf16(&d.q_val);
     let err = plan
-        .execute(&Inputs {
-            k_idx: &d.k_idx,
-            q_idx: &d.q_idx,
-            k_val: &d.k_val,
-            q_val: &d.q_val,
-            g: &d.g,
-            beta: None,
-        })
+        .execute(
+            &Inputs::new(&d.k_idx, &d.q_idx, &d.k_val, &d.q_val, &d.g),
+            None,
+        )
         .unwrap_err();
     assert_eq!(err.status(), Status::InvalidArgument);
     assert!(
@@ -96,14 +77,7 @@ fn wrong_element_types_are_refused() {
     );
     let (k, q) = (ids_i32(&d.k_idx), ids_i32(&d.q_idx));
     let err = plan
-        .execute(&Inputs {
-            k_idx: &k,
-            q_idx: &q,
-            k_val: &k16,
-            q_val: &q16,
-            g: &d.g,
-            beta: None,
-        })
+        .execute(&Inputs::new(&k, &q, &k16, &q16, &d.g), None)
         .unwrap_err();
     assert!(
         err.message()
@@ -183,7 +157,7 @@ fn invalid_descriptors_give_the_library_message() {
     c.det = Some(DetFields::TILES);
     bad.push(c);
     let mut c = small();
-    c.threads = Some(-5);
+    c.keys = (1 << 32) + 1; // above 2^32
     bad.push(c);
     for case in bad {
         let d = random_data(&small());
@@ -225,14 +199,7 @@ fn plan_kinds_are_checked() {
     let case = small();
     let d = random_data(&case);
     let (k, q) = (ids_i32(&d.k_idx), ids_i32(&d.q_idx));
-    let inputs = Inputs {
-        k_idx: &k,
-        q_idx: &q,
-        k_val: &d.k_val,
-        q_val: &d.q_val,
-        g: &d.g,
-        beta: None,
-    };
+    let inputs = Inputs::new(&k, &q, &d.k_val, &d.q_val, &d.g);
 
     // A caller-mode plan has no buffers of its own.
     let mut caller = case
@@ -241,28 +208,53 @@ fn plan_kinds_are_checked() {
         .build()
         .unwrap();
     assert!(caller.buffer_ptr(Field::A).is_null());
-    let err = caller.execute(&inputs).unwrap_err();
+    let err = caller.execute(&inputs, None).unwrap_err();
     assert!(err.message().contains("OutputMode::Caller"), "{err}");
     assert!(caller.outputs().is_none());
 
     // Buffers of a plan with other outputs are refused.
     let other = case.builder().det_fields(DetFields::ALL).build().unwrap();
     let mut wrong = other.output_buffers();
-    let err = caller.execute_into(&inputs, &mut wrong).unwrap_err();
+    let err = caller.execute_into(&inputs, None, &mut wrong).unwrap_err();
     assert!(
         err.message().contains("use this plan's output_buffers()"),
         "{err}"
     );
     let mut right = caller.output_buffers();
-    assert!(caller.execute_into(&inputs, &mut right).is_ok());
+    assert!(caller.execute_into(&inputs, None, &mut right).is_ok());
 
     // Device execution needs a CUDA plan; the check comes before any pointer is used.
     let mut cpu = case.builder().build().unwrap();
-    let err = unsafe { cpu.execute_device(&DeviceInputs::default(), None, std::ptr::null_mut()) }
-        .unwrap_err();
+    let err =
+        unsafe { cpu.execute_device(&DeviceInputs::default(), None, None, std::ptr::null_mut()) }
+            .unwrap_err();
     assert_eq!(err.status(), Status::InvalidArgument);
     assert!(err.message().contains("not Backend::Cuda"), "{err}");
     assert!(cpu.execute_status().is_ok(), "never executed: success");
+}
+
+#[test]
+fn device_inputs_keep_the_header_order() {
+    // Addresses only compared, never read.
+    let at = |address: usize| std::ptr::without_provenance::<std::ffi::c_void>(address);
+    let d =
+        DeviceInputs::new(at(8), at(16), at(24), at(32), at(40).cast()).with_beta(at(48).cast());
+    assert_eq!(
+        [
+            d.k_idx,
+            d.q_idx,
+            d.k_val,
+            d.q_val,
+            d.g.cast(),
+            d.beta.cast()
+        ],
+        [at(8), at(16), at(24), at(32), at(40), at(48)]
+    );
+    assert!(
+        DeviceInputs::new(at(8), at(16), at(24), at(32), at(40).cast())
+            .beta
+            .is_null()
+    );
 }
 
 #[test]
@@ -326,14 +318,7 @@ fn output_views_check_field_and_type() {
     assert!(plan.outputs().is_none(), "no outputs before an execute");
     let (k, q) = (ids_i32(&d.k_idx), ids_i32(&d.q_idx));
     let out = plan
-        .execute(&Inputs {
-            k_idx: &k,
-            q_idx: &q,
-            k_val: &d.k_val,
-            q_val: &d.q_val,
-            g: &d.g,
-            beta: None,
-        })
+        .execute(&Inputs::new(&k, &q, &d.k_val, &d.q_val, &d.g), None)
         .unwrap();
     assert!(out.get(Field::IsLast).is_none());
     let err = out.slice::<i8>(Field::IsLast).unwrap_err();

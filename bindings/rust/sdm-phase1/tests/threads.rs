@@ -30,7 +30,7 @@ fn cases_with_reference() -> Vec<(Case, common::Data, Vec<common::RawField>)> {
             case.ids64 = i % 2 == 1;
             case.bf16 = i >= 2;
             case.det = Some(DetFields::ALL);
-            case.threads = Some(1 + (i as i32 % 2));
+            case.threads = Some(1 + i % 2);
             case.seed = 100 + i as u64;
             let data = random_data(&case);
             let want = run_c(&case, &data, true).unwrap();
@@ -114,7 +114,7 @@ fn each_thread_gets_its_own_error_message() {
                     let mut case = Case::new(4, 8, 2, 2);
                     case.keys = 16;
                     let mut data = random_data(&case);
-                    data.k_idx[t as usize] = 1000 + t;
+                    data.k_idx[t] = 1000 + t as i64;
                     let mut plan = case.builder().build().unwrap();
                     let err = run_plan(&mut plan, &case, &data, false).unwrap_err();
                     assert_eq!(err.status(), Status::InvalidInput);

@@ -39,28 +39,28 @@ impl Rng {
 /// Shapes and options of one test case.
 #[derive(Clone, Debug)]
 pub struct Case {
-    pub n: i64,
-    pub c: i64,
-    pub w: i64,
-    pub r: i64,
-    pub p: i64,
-    pub offset: i64,
-    pub keys: i64,
-    pub valid_last: Option<i64>,
+    pub n: usize,
+    pub c: usize,
+    pub w: usize,
+    pub r: usize,
+    pub p: usize,
+    pub offset: usize,
+    pub keys: usize,
+    pub valid_last: Option<usize>,
     pub ids64: bool,
     pub bf16: bool,
     pub gate_per_write: bool,
     pub det: Option<DetFields>,
     pub read_groups: Option<bool>,
-    pub rec_tile: Option<i64>,
-    pub threads: Option<i32>,
+    pub rec_tile: Option<usize>,
+    pub threads: Option<usize>,
     /// Slots distinct within a token (else repeats happen).
     pub distinct: bool,
     pub seed: u64,
 }
 
 impl Case {
-    pub fn new(n: i64, c: i64, w: i64, r: i64) -> Case {
+    pub fn new(n: usize, c: usize, w: usize, r: usize) -> Case {
         Case {
             n,
             c,
@@ -82,7 +82,7 @@ impl Case {
         }
     }
 
-    pub fn gate_width(&self) -> i64 {
+    pub fn gate_width(&self) -> usize {
         if self.gate_per_write {
             self.w
         } else {
@@ -124,15 +124,15 @@ impl Case {
     /// The same options as a C descriptor, written independently of the builder.
     pub fn desc(&self, output_mode: OutputMode) -> sys::sdm_p1_desc {
         let mut d = sys::desc_initializer();
-        d.N = self.n;
-        d.C = self.c;
-        d.W = self.w;
-        d.R = self.r;
-        d.num_parallel = self.p;
-        d.stream_offset = self.offset;
-        d.num_keys = self.keys;
+        d.N = self.n as i64;
+        d.C = self.c as i64;
+        d.W = self.w as i64;
+        d.R = self.r as i64;
+        d.num_parallel = self.p as i64;
+        d.stream_offset = self.offset as i64;
+        d.num_keys = self.keys as i64;
         if let Some(v) = self.valid_last {
-            d.valid_last = v;
+            d.valid_last = v as i64;
         }
         d.index_dtype = if self.ids64 {
             sys::SDM_P1_DTYPE_INT64
@@ -144,7 +144,7 @@ impl Case {
         } else {
             sys::SDM_P1_DTYPE_FLOAT32
         } as i32;
-        d.gate_width = self.gate_width();
+        d.gate_width = self.gate_width() as i64;
         if let Some(det) = self.det {
             d.det_fields = det.bits() as i64;
         }
@@ -152,15 +152,16 @@ impl Case {
             d.need_read_groups = g as i32;
         }
         if let Some(t) = self.rec_tile {
-            d.rec_tile = t;
+            d.rec_tile = t as i64;
         }
         if let Some(t) = self.threads {
-            d.num_threads = t;
+            d.num_threads = t as i32;
         }
         d.backend = sys::SDM_P1_BACKEND_CPU as i32;
-        d.output_mode = match output_mode {
-            OutputMode::Plan => sys::SDM_P1_OUTPUTS_PLAN,
-            OutputMode::Caller => sys::SDM_P1_OUTPUTS_CALLER,
+        d.output_mode = if output_mode == OutputMode::Caller {
+            sys::SDM_P1_OUTPUTS_CALLER
+        } else {
+            sys::SDM_P1_OUTPUTS_PLAN
         } as i32;
         d
     }
@@ -190,28 +191,29 @@ pub fn random_data(case: &Case) -> Data {
         beta: Vec::new(),
     };
     for chunk in 0..n {
-        let base = (chunk % case.p) * case.offset;
+        let base = (chunk % case.p * case.offset) as u64;
         let last = chunk >= n - case.p;
         for t in 0..c {
             let padding = last && t >= valid_last;
             // Distinct slots: W consecutive slots from a random start (wrapping in the range).
-            let start = rng.below(case.keys as u64) as i64;
-            for lane in 0..w {
+            let start = rng.below(case.keys as u64);
+            for lane in 0..w as u64 {
                 let slot = if case.distinct {
-                    (start + lane) % case.keys
+                    (start + lane) % case.keys as u64
                 } else {
-                    rng.below(case.keys.min(4) as u64) as i64
+                    rng.below(case.keys.min(4) as u64)
                 };
                 // Padding is never read: give it ids out of range to prove it.
-                d.k_idx.push(if padding { -7 } else { base + slot });
+                d.k_idx
+                    .push(if padding { -7 } else { (base + slot) as i64 });
                 d.k_val.push(rng.uniform(-1.0, 1.0));
             }
             for _ in 0..r {
-                let slot = rng.below(case.keys as u64) as i64;
+                let slot = rng.below(case.keys as u64);
                 d.q_idx.push(if padding {
                     i32::MAX as i64
                 } else {
-                    base + slot
+                    (base + slot) as i64
                 });
                 d.q_val.push(rng.uniform(-1.0, 1.0));
             }
@@ -285,14 +287,15 @@ pub fn run_c(case: &Case, data: &Data, with_beta: bool) -> Result<Vec<RawField>,
     run_c_lengths(case, data, with_beta, None)
 }
 
-/// run_c with per-stream lengths (int64) in sdm_p1_inputs.stream_lengths.
+/// run_c with per-stream lengths (as int64) in sdm_p1_inputs.stream_lengths.
 pub fn run_c_lengths(
     case: &Case,
     data: &Data,
     with_beta: bool,
-    lengths: Option<&[i64]>,
+    lengths: Option<&[usize]>,
 ) -> Result<Vec<RawField>, (u32, String)> {
     let desc = case.desc(OutputMode::Plan);
+    let lengths: Option<Vec<i64>> = lengths.map(|l| l.iter().map(|&x| x as i64).collect());
     let k_idx = aligned(&id_bytes(case, &data.k_idx));
     let q_idx = aligned(&id_bytes(case, &data.q_idx));
     let k_val = aligned(&value_bytes(case, &data.k_val));
@@ -312,7 +315,7 @@ pub fn run_c_lengths(
         if with_beta {
             inputs.beta = data.beta.as_ptr();
         }
-        if let Some(l) = lengths {
+        if let Some(l) = &lengths {
             inputs.stream_lengths = l.as_ptr().cast();
             inputs.stream_lengths_dtype = sys::SDM_P1_DTYPE_INT64 as i32;
         }
@@ -413,20 +416,16 @@ fn run_typed<I: Index, V: Value>(
     g: &[f32],
     beta: Option<&[f32]>,
 ) -> sdm_phase1::Result<Vec<RawField>> {
-    let inputs = Inputs {
-        k_idx,
-        q_idx,
-        k_val,
-        q_val,
-        g,
-        beta,
-    };
+    let mut inputs = Inputs::new(k_idx, q_idx, k_val, q_val, g);
+    if let Some(beta) = beta {
+        inputs = inputs.with_beta(beta);
+    }
     if plan.output_mode() == OutputMode::Caller {
         let mut buffers = plan.output_buffers();
-        let out = plan.execute_into(&inputs, &mut buffers)?;
+        let out = plan.execute_into(&inputs, None, &mut buffers)?;
         Ok(collect(plan, &out))
     } else {
-        plan.execute(&inputs)?;
+        plan.execute(&inputs, None)?;
         let out = plan.outputs().expect("outputs after a successful execute");
         Ok(collect(plan, &out))
     }

@@ -8,20 +8,18 @@ fn main() -> Result<(), sdm_phase1::Error> {
         .num_keys(8)
         .backend(Backend::Cpu)
         .build()?;
-    let tokens = (n * c) as usize;
+    let tokens = n * c;
     // Token t writes slots t % 4 and 4 + t % 4 and reads slot t % 4, with gate -0.5.
     let k_idx: Vec<i32> = (0..tokens)
         .flat_map(|t| [(t % 4) as i32, 4 + (t % 4) as i32])
         .collect();
     let q_idx: Vec<i32> = (0..tokens).map(|t| (t % 4) as i32).collect();
-    let out = plan.execute(&Inputs {
-        k_idx: &k_idx,
-        q_idx: &q_idx,
-        k_val: &vec![1.0f32; tokens * 2],
-        q_val: &vec![1.0f32; tokens],
-        g: &vec![-0.5f32; tokens],
-        beta: None,
-    })?;
+    let (k_val, q_val, g) = (
+        vec![1.0f32; tokens * 2],
+        vec![1.0f32; tokens],
+        vec![-0.5f32; tokens],
+    );
+    let out = plan.execute(&Inputs::new(&k_idx, &q_idx, &k_val, &q_val, &g), None)?;
     let log_k: &[f32] = out.slice(Field::LogK)?;
     println!(
         "libsdmp1 {} linked statically: log_k[0] = {}, log_k[last] = {}, repeats = {}",
