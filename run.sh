@@ -9,7 +9,8 @@
 #                    reviewed ABI change; see abi/libsdmp1.abignore)
 # The build goes to ./build (Meson + Ninja). Set SDMP1_BUILD_DIR to use another folder.
 # SDMP1_SANITIZE=0 skips the sanitizer builds of `test` (ASan + UBSan, TSan, fuzzing);
-# SDMP1_FUZZ_SECONDS sets how long it fuzzes (default 120).
+# SDMP1_FUZZ_SECONDS sets how long it fuzzes (default 120). `test` stops at the first failing
+# suite and ends with a line per suite that ran and "N passed, N failed (suites)".
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -44,9 +45,10 @@ install_system_packages() {
 }
 
 # The tools of the test job beyond the build's, from Debian, only where missing: clang and
-# its libFuzzer runtime (fuzzing), abigail-tools (the ABI check).
+# its libFuzzer runtime (fuzzing), abigail-tools (the ABI check), shellcheck (lint).
 install_test_tools() {
     local missing=()
+    command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
     command -v clang++ >/dev/null 2>&1 || missing+=(clang)
     if ! command -v clang++ >/dev/null 2>&1 ||
         [ ! -f "$(clang++ -print-file-name="libclang_rt.fuzzer-$(uname -m).a")" ]; then
@@ -56,14 +58,9 @@ install_test_tools() {
     [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 }
 
-# A Python that pip may install into: the given one, or a virtual environment in ./.venv
-# where the given one is managed by the system (PEP 668) or has no pip.
+# The project's own Python: a virtual environment in ./.venv (made from $PYTHON or python3
+# where missing), so that nothing is installed into the machine's Python.
 choose_python() {
-    local managed
-    managed=$("$python" -c 'import os, sysconfig; print(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))')
-    if [ "$managed" = False ] && "$python" -m pip --version >/dev/null 2>&1; then
-        return 0
-    fi
     if [ ! -x "$root/.venv/bin/python" ]; then
         step "creating the virtual environment $root/.venv"
         "$python" -m venv "$root/.venv"
@@ -71,20 +68,29 @@ choose_python() {
     python="$root/.venv/bin/python"
 }
 
-# Python packages for the build (meson), the binding (numpy, cffi) and the tests.
+# Installs the given Python packages into the project's environment where its Python cannot
+# import them: pairs of "module requirement".
+pip_install_missing() {
+    local missing=()
+    while [ $# -ge 2 ]; do
+        "$python" -c "import $1" 2>/dev/null || missing+=("$2")
+        shift 2
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    step "installing Python packages into $root/.venv: ${missing[*]}"
+    "$python" -m pip install --quiet --disable-pip-version-check "${missing[@]}"
+}
+
+# Python packages for the build (meson) and the binding (numpy, cffi).
 install_python_packages() {
     choose_python
-    local missing=()
-    "$python" -c 'import mesonbuild' 2>/dev/null || missing+=("meson>=1.1")
-    "$python" -c 'import numpy' 2>/dev/null || missing+=(numpy)
-    "$python" -c 'import cffi' 2>/dev/null || missing+=(cffi)
-    "$python" -c 'import pycparser' 2>/dev/null || missing+=(pycparser)
-    "$python" -c 'import pytest' 2>/dev/null || missing+=(pytest)
-    "$python" -c 'import ml_dtypes' 2>/dev/null || missing+=(ml_dtypes)   # the bfloat16 dtype test
-    "$python" -m ruff --version >/dev/null 2>&1 || missing+=(ruff)
-    [ ${#missing[@]} -eq 0 ] && return 0
-    step "installing Python packages: ${missing[*]}"
-    "$python" -m pip install --quiet --disable-pip-version-check "${missing[@]}"
+    pip_install_missing mesonbuild "meson>=1.1" numpy numpy cffi cffi pycparser pycparser
+}
+
+# Python packages of the test job: pytest, the bfloat16 dtype test's ml_dtypes, the linters.
+install_python_test_packages() {
+    choose_python
+    pip_install_missing pytest pytest ml_dtypes ml_dtypes ruff ruff mypy mypy
 }
 
 meson_cmd() { "$python" -m mesonbuild.mesonmain "$@"; }
@@ -143,7 +149,7 @@ rust_cargo() {
 rust_tests() {
     command -v bindgen >/dev/null 2>&1 || apt_install bindgen
     step "Rust tests (cargo test), clippy and rustfmt in bindings/rust"
-    rust_cargo test --offline
+    rust_cargo test --offline | tee -a "$suite_log"
     rust_cargo clippy --offline --all-targets -- -D warnings
     rust_cargo fmt --check
     rust_static_tests
@@ -154,14 +160,110 @@ rust_tests() {
 rust_static_tests() {
     step "Rust: a program linked with libsdmp1.a (bindings/rust/tests/static-link)"
     (cd "$root/bindings/rust/tests/static-link" &&
-        SDMP1_LIB_DIR="$build" cargo test --offline -- --nocapture &&
+        SDMP1_LIB_DIR="$build" cargo test --offline -- --nocapture | tee -a "$suite_log" &&
         SDMP1_LIB_DIR="$build" cargo clippy --offline --all-targets -- -D warnings &&
         cargo fmt --check)
 }
 
-test_job() {
-    build
+# ---- test's summary -----------------------------------------------------------------------
+# test_job runs each suite as `suite NAME FUNCTION`. set -e still stops at the first failure;
+# the EXIT trap (suite_summary) then prints a line per suite that ran, the failed one last,
+# and "N passed, N failed (suites)". The test commands that print counts (meson test, pytest,
+# cargo test, libFuzzer) copy their output to $suite_log, from which the line takes them.
+suite_lines=()
+suites_passed=0
+suites_failed=0
+suite_name=""
+suite_start=0
+suite_log=/dev/null
+
+suite() {
+    suite_name=$1
+    shift
+    suite_log=$(mktemp)
+    suite_start=$SECONDS
+    "$@"
+    suite_done PASS
+}
+
+# Records the running suite as PASS or FAIL.
+suite_done() {
+    local counts
+    counts=$(suite_counts "$suite_log")
+    suite_lines+=("$(printf '%-44s %s %5ss%s' "$suite_name" "$1" $((SECONDS - suite_start)) "${counts:+  $counts}")")
+    if [ "$1" = PASS ]; then
+        suites_passed=$((suites_passed + 1))
+    else
+        suites_failed=$((suites_failed + 1))
+    fi
+    rm -f "$suite_log"
+    suite_name=""
+    suite_log=/dev/null
+}
+
+suite_skipped() { suite_lines+=("$(printf '%-44s SKIP         %s' "$1" "$2")"); }
+
+# The counts in a suite's output, where its tools print them: meson test's totals, pytest's
+# summary line, cargo test's "test result" lines added up, libFuzzer's executed inputs.
+suite_counts() {
+    local meson pytest cargo fuzz
+    meson=$(grep -E '^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout): ' "$1" |
+        awk -F: '{ gsub(/ /, "", $2); if ($2 != 0 || $1 == "Fail") { printf "%s%s %s", sep, $1, $2; sep = ", " } }' || true)
+    pytest=$(grep -E '^=* *[0-9]+ (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)\b' "$1" |
+        sed -E 's/=//g; s/^ +//; s/ +$//; s/ in [0-9.]+s.*$//' | paste -sd ';' - | sed 's/;/; /g' || true)
+    cargo=$(awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i + 1) ~ /^passed/) p += $i; if ($(i + 1) ~ /^failed/) f += $i }; n++ }
+        END { if (n) printf "%d passed, %d failed", p, f }' "$1" || true)
+    fuzz=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$1" | awk '{ print $2 }' | tail -n 1 || true)
+    printf '%s' "${meson:+meson test: $meson; }${pytest:+pytest: $pytest; }${cargo:+cargo test: $cargo; }${fuzz:+$fuzz inputs run; }" |
+        sed 's/; $//'
+}
+
+# The EXIT trap of test_job: the summary, whatever stopped the script; keeps its exit status.
+suite_summary() {
+    local rc=$? line
+    set +e
+    [ -n "$suite_name" ] && suite_done FAIL
+    step "summary of ./run.sh test"
+    for line in "${suite_lines[@]}"; do
+        echo "$line"
+    done
+    [ "$rc" -ne 0 ] && [ "$suites_failed" -eq 0 ] && echo "stopped outside a suite (exit $rc)"
+    echo "$suites_passed passed, $suites_failed failed (suites)"
+    exit "$rc"
+}
+
+# The test job's tools beyond the build's.
+install_all_test_tools() {
     install_test_tools
+    install_python_test_packages
+}
+
+test_job() {
+    trap suite_summary EXIT
+    suite "build" build
+    suite "test tools (Debian and Python packages where missing)" install_all_test_tools
+    suite "lint (header, exports, ruff, mypy, shellcheck)" lint
+    suite "install (meson install, sdmp1.pc)" install_check
+    suite "ABI (abidiff)" abi_check
+    suite "C/C++ tests (meson test)" meson_tests
+    suite "Python tests against the wheel" wheel_tests
+    suite "Rust (tests, clippy, rustfmt, static link)" rust_tests
+    suite "examples (CPU)" run_examples
+    if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
+        suite "C/C++ tests under ASan + UBSan" sanitized_tests
+        suite "Python tests under ASan + UBSan" sanitized_python_tests
+        suite "threaded tests under TSan" thread_sanitized_tests
+        suite "fuzzing under ASan + UBSan" fuzz_tests
+    else
+        local name
+        for name in "C/C++ tests under ASan + UBSan" "Python tests under ASan + UBSan" \
+            "threaded tests under TSan" "fuzzing under ASan + UBSan"; do
+            suite_skipped "$name" "SDMP1_SANITIZE=0"
+        done
+    fi
+}
+
+lint() {
     step "lint: the public header as C99 with -pedantic -Werror"
     echo '#include "sdm/phase1.h"' |
         cc -std=c99 -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$root/include" -x c -
@@ -174,6 +276,14 @@ test_job() {
     fi
     step "lint: ruff on the Python code"
     "$python" -m ruff check --quiet "$root/bindings/python" "$root/examples" "$root/tests"
+    step "lint: mypy on the Python package (settings in pyproject.toml)"
+    (cd "$root" && "$python" -m mypy)
+    step "lint: shellcheck on the shell scripts"
+    (cd "$root" && shellcheck run.sh .ci/run tests/gpu_suite.sh tests/fuzz/coverage.sh \
+        bindings/rust/sdm-phase1-sys/generate.sh)
+}
+
+install_check() {
     step "install: meson install, then the C example built against the installed sdmp1.pc"
     local stage pcdir
     stage=$(mktemp -d)
@@ -184,17 +294,11 @@ test_job() {
         $(PKG_CONFIG_PATH="$pcdir" PKG_CONFIG_SYSROOT_DIR="$stage" pkg-config --cflags --libs sdmp1)
     LD_LIBRARY_PATH=$(dirname "$(find "$stage" -name 'libsdmp1.so.1' | head -1)") "$stage/phase1_cpu" >/dev/null
     rm -rf "$stage"
-    abi_check
+}
+
+meson_tests() {
     step "C/C++ tests (meson test)"
-    meson_cmd test -C "$build" --print-errorlogs
-    wheel_tests
-    rust_tests
-    run_examples
-    if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
-        sanitized_tests
-        thread_sanitized_tests
-        fuzz_tests
-    fi
+    meson_cmd test -C "$build" --print-errorlogs | tee -a "$suite_log"
 }
 
 # The wheel as a user gets it: `pip wheel .` (meson-python builds libsdmp1 into the package,
@@ -217,7 +321,8 @@ wheel_tests() {
     step "Python tests (pytest) against the installed wheel"
     # From inside the environment's folder, so that nothing of the checkout is on the path.
     (cd "$wheel/venv" && SDMP1_TEST_INSTALLED=1 SDMP1_BUILD_DIR="$build" \
-        "$wheel/venv/bin/python" -m pytest -q -p no:cacheprovider "$root/bindings/python/tests")
+        "$wheel/venv/bin/python" -m pytest -q -p no:cacheprovider "$root/bindings/python/tests") |
+        tee -a "$suite_log"
     echo "wheel: built, installed and tested in $((SECONDS - t0)) s"
 }
 
@@ -311,7 +416,7 @@ fuzz_tests() {
         exit 1
     fi
     grep -E '^#[0-9]+[[:space:]]+DONE' "$work/log" | tail -n 1
-    grep -E 'stat::number_of_executed_units' "$work/log"
+    grep -E 'stat::number_of_executed_units' "$work/log" | tee -a "$suite_log"
     rm -rf "$work"
 }
 
@@ -319,7 +424,7 @@ fuzz_tests() {
 # out-of-bounds access, leak or undefined behaviour on any path the tests take.
 sanitized_tests() {
     local san="$build-sanitize"
-    step "C/C++ and Python tests under ASan + UBSan (SDMP1_SANITIZE=0 skips)"
+    step "C/C++ tests under ASan + UBSan (SDMP1_SANITIZE=0 skips)"
     if [ ! -f "$san/build.ninja" ]; then
         # Host code only: the sanitizers instrument what the compiler builds, not the CUDA
         # runtime linked into the library, and CI has no GPU for the kernels.
@@ -327,13 +432,19 @@ sanitized_tests() {
             -Db_sanitize=address,undefined -Db_lundef=false
     fi
     meson_cmd compile -C "$san"
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson_cmd test -C "$san" --print-errorlogs
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson_cmd test -C "$san" --print-errorlogs |
+        tee -a "$suite_log"
+}
+
+# The Python tests against the sanitized build of sanitized_tests.
+sanitized_python_tests() {
+    step "Python tests under ASan + UBSan"
     # Python itself is not instrumented: preload the runtimes, and leave leak checks to the
-    # C tests above (the interpreter keeps memory until exit).
+    # C tests (the interpreter keeps memory until exit).
     LD_PRELOAD="$(cc -print-file-name=libasan.so):$(cc -print-file-name=libubsan.so)" \
         ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        SDMP1_LIBRARY="$san/libsdmp1.so" "$python" -m pytest -q -p no:cacheprovider \
-        "$root/bindings/python/tests"
+        SDMP1_LIBRARY="$build-sanitize/libsdmp1.so" "$python" -m pytest -q -p no:cacheprovider \
+        "$root/bindings/python/tests" | tee -a "$suite_log"
 }
 
 case "${1:-}" in

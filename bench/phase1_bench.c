@@ -1,20 +1,27 @@
 /* Times sdm_p1_execute on the benchmark shapes of docs/design.md, or on shapes given on the
  * command line.
  *
- *   phase1_bench [--backend cpu|cuda] [--reps K] [--threads T] [--json FILE] [--sweep]
+ *   phase1_bench [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep]
  *                [--varlen] [SHAPE ...]
- *   SHAPE: S1 .. S7 (docs/design.md), a worst case (below), or N,C,W,R,num_keys[,streams] (bf16
- *   values, int32 ids, per-token gates, uniform ids; one stream unless given)
+ *   phase1_bench --help
+ *   SHAPE: a named shape (below), or N,C,W,R,num_keys[,streams] (bf16 values, int32 ids,
+ *   per-token gates, uniform ids; one stream unless given)
  *
- * CPU (the default): --reps 5 and the shape 256,64,32,32,65536; prints the best and mean
- * wall time per execute and the rate of input + output bytes.
+ * Named shapes (docs/design.md): S1 .. S7; S8, S6's configuration (N 128, C 128, W = R = 64,
+ * 262144 slots, 2 streams, bf16, per-token gates) with every id drawn from S7's Zipf law
+ * (exponent 1.1); S7z0.8, S7z1.5, S8z0.8 and S8z1.5, S7 and S8 with the Zipf exponent 0.8 or
+ * 1.5 instead of 1.1; and the worst cases, the legal chunks with the most pair terms, at
+ * C = W = R = 256 and N = 1 or 264 (two chunks an SM of an H200): WR1 / WR264, every read on
+ * one slot and each token writing each of 256 slots once (about 17 M pair terms a chunk);
+ * WA1 / WA264, every id on one slot (about 4.3 G terms a chunk). The time of a worst case is
+ * linear in its terms.
  *
- * Worst cases, the legal chunks with the most pair terms, at C = W = R = 256 and N = 1 or 264
- * (two chunks an SM of an H200): WR1 / WR264, every read on one slot and each token writing
- * each of 256 slots once (about 17 M pair terms a chunk); WA1 / WA264, every id on one slot
- * (about 4.3 G terms a chunk). The time of a worst case is linear in its terms.
+ * CPU (the default): --reps 5 and the shape 256,64,32,32,65536 unless given; first a host
+ * memcpy of 256 MiB on one thread (median of 5) gives the copy bandwidth; then per shape the
+ * best, median and mean wall time per execute (default det_fields), the rate of input + output
+ * bytes at the best time, and that rate at the median as a fraction of the copy bandwidth.
  *
- * CUDA (--backend cuda; built where the CUDA backend is): S1 .. S7, WR1 and WA1 unless shapes
+ * CUDA (--backend cuda; built where the CUDA backend is): S1 .. S8, WR1 and WA1 unless shapes
  * are given.
  * First a device-to-device copy of 2 GiB (median of 20) gives the copy bandwidth (bytes read
  * + written per second). Each shape then runs with the default det_fields and with every
@@ -26,15 +33,28 @@
  * for the S1 shape, a line per N in 1024 .. 16384 shows the time and time per chunk (without
  * shapes given, or with --sweep). --varlen adds a row per shape ("varlen": default det_fields,
  * per-stream lengths with the odd streams at half their length, the even ones full) to compare
- * with its "default" row, the same batch padded to full length. --json FILE writes the same
- * figures (CUDA mode). In CUDA mode the library's plan log is on (SDMP1_LOG=1 unless the
- * environment sets it): each plan's creation prints on stderr which kernel computes its chunks
- * first (lean or general) and their launch shapes.
+ * with its "default" row, the same batch padded to full length. In CUDA mode the library's
+ * plan log is on (SDMP1_LOG=1 unless the environment sets it): each plan's creation prints on
+ * stderr which kernel computes its chunks first (lean or general) and their launch shapes.
  *
- * Inputs as docs/design.md describes them: slot ids distinct within a token (K and Q each), uniform
- * (S7: by a Zipf law of exponent 1.1 over the keys, ranks mapped to slots by a fixed random
- * permutation), 128 streams (S6: 2), gates logsigmoid(x) of uniform x in [-2, 8) (negative),
- * values uniform in [-1, 1) as bf16 or f32; generated once per shape on the host. */
+ * --json PATH (either backend) also writes the run's results to PATH as one JSON object:
+ * "library" (version), "backend" ("cpu" or "cuda"), "device" (the GPU's name, or the CPU's
+ * model name from /proc/cpuinfo), "date_utc" (the run's start, ISO 8601), "copy_bytes",
+ * "copy_median_ms" and "copy_GBps" (the copy measured in this run, read + write),
+ * "cuda_driver" and "cuda_runtime" (CUDA only), then "shapes": one object a timed row,
+ * {"shape", "det_fields" ("default" or "all"), "varlen", "N", "C", "W", "R", "num_keys",
+ * "streams", "value_dtype", "id_dtype", "gates" ("per_token" or "per_write"), "ids" ("uniform",
+ * "zipf" or "reads_on_slot_0"), "zipf_exponent" (null unless zipf), "threads" (CPU only: the
+ * plan's), "repeats", "median_ms", "min_ms", "us_per_chunk", "input_bytes", "output_bytes",
+ * "GBps" and "fraction_of_copy" (at the median; null where not finite), "workspace_bytes"},
+ * and "n_sweep" (the S1 rows against N, the same members; empty without the CUDA sweep).
+ * Strings are JSON-escaped. bench/results/README.md says where such files are kept.
+ *
+ * Inputs as docs/design.md describes them: slot ids distinct within a token (K and Q each),
+ * uniform or by a Zipf law over the keys (S7, S8 and their z variants; ranks mapped to slots
+ * by a fixed random permutation), 128 streams (S6, S8: 2), gates logsigmoid(x) of uniform x in
+ * [-2, 8) (negative), values uniform in [-1, 1) as bf16 or f32; generated once per shape on
+ * the host. */
 #define _POSIX_C_SOURCE 200112L
 #include <math.h>
 #include <stdint.h>
@@ -74,14 +94,20 @@ static const Shape kShapes[] = {
     {"S5", 8192, 64, 32, 32, 65536, 128, 0, 1, 1, kUniform, 0.0},
     {"S6", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kUniform, 0.0},
     {"S7", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kZipf, 1.1},
+    {"S8", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kZipf, 1.1},   /* S6 with S7's ids */
     {"WR1", 1, 256, 256, 256, 256, 1, 1, 0, 0, kReadsOnSlot0, 0.0},
     {"WA1", 1, 256, 256, 256, 1, 1, 1, 0, 0, kUniform, 0.0},
     {"WR264", 264, 256, 256, 256, 256, 1, 1, 0, 0, kReadsOnSlot0, 0.0},
     {"WA264", 264, 256, 256, 256, 1, 1, 1, 0, 0, kUniform, 0.0},
+    /* Hot groups: S7 and S8 with a milder and a steeper Zipf law. */
+    {"S7z0.8", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kZipf, 0.8},
+    {"S7z1.5", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kZipf, 1.5},
+    {"S8z0.8", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kZipf, 0.8},
+    {"S8z1.5", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kZipf, 1.5},
 };
 enum { kShapeCount = sizeof kShapes / sizeof kShapes[0] };
-/* The shapes timed without a shape list: S1 .. S7, WR1, WA1. */
-enum { kDefaultShapes = 9 };
+/* The shapes timed without a shape list: the first ten, S1 .. S8, WR1, WA1. */
+enum { kDefaultShapes = 10 };
 
 /* ---- inputs ----------------------------------------------------------------------------- */
 
@@ -322,7 +348,7 @@ static int parse_shape(const char* arg, Shape* s) {
     return 1;
 }
 
-/* ---- CPU mode --------------------------------------------------------------------------- */
+/* ---- results and their JSON -------------------------------------------------------------- */
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -330,20 +356,215 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int run_cpu_shape(const Shape* s, int reps, int threads) {
+static void out_of_memory(void) {
+    fprintf(stderr, "out of host memory\n");
+    exit(1);
+}
+
+/* One timed configuration (a shape with one det_fields). */
+typedef struct Result {
+    Shape shape;
+    int all_fields;
+    int varlen;    /* half the streams at half length (per-stream lengths) */
+    int threads;   /* CPU: the plan's threads; CUDA: 0 */
+    double median_ms, min_ms, mean_ms;
+    int repeats;
+    double in_bytes, out_bytes, gbps, of_copy;   /* gbps and of_copy at the median */
+    size_t workspace;
+} Result;
+
+typedef struct Results {
+    Result* items;
+    int count, cap;
+} Results;
+
+static void push_result(Results* rs, const Result* r) {
+    if (rs->count == rs->cap) {
+        Result* grown;
+        rs->cap = rs->cap ? 2 * rs->cap : 16;
+        grown = realloc(rs->items, (size_t)rs->cap * sizeof *grown);
+        if (grown == NULL) out_of_memory();
+        rs->items = grown;
+    }
+    rs->items[rs->count++] = *r;
+}
+
+static int cmp_double(const void* a, const void* b) {
+    const double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts v. */
+static double median_of(double* v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The run's facts besides its rows: the JSON's top-level members. */
+typedef struct RunInfo {
+    const char* backend;   /* "cpu" or "cuda" */
+    char device[256];
+    char date_utc[32];
+    double copy_bytes, copy_ms, copy_gbps;
+    int cuda_driver, cuda_runtime;   /* CUDA only */
+} RunInfo;
+
+static void utc_now(char* buf, size_t n) {
+    const time_t now = time(NULL);
+    const struct tm* t = gmtime(&now);
+    if (t == NULL || strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", t) == 0) snprintf(buf, n, "unknown");
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped; other bytes as they are
+ * (UTF-8 passes through). */
+static void json_string(FILE* f, const char* s) {
+    fputc('"', f);
+    for (; *s != '\0'; ++s) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20 || c == 0x7F) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* `sep` "name": x, or null where x is not finite (JSON has no NaN or infinity). */
+static void json_number(FILE* f, const char* sep, const char* name, double x, const char* format) {
+    fprintf(f, "%s\"%s\": ", sep, name);
+    if (isfinite(x)) fprintf(f, format, x);
+    else fputs("null", f);
+}
+
+static void json_result(FILE* f, const Result* r, int last) {
+    static const char* const kIdNames[] = {"uniform", "zipf", "reads_on_slot_0"};
+    const Shape* s = &r->shape;
+    fputs("    {\"shape\": ", f);
+    json_string(f, s->name);
+    fprintf(f, ", \"det_fields\": \"%s\", \"varlen\": %s, \"N\": %lld, \"C\": %lld, \"W\": %lld, "
+               "\"R\": %lld, \"num_keys\": %lld, \"streams\": %lld, \"value_dtype\": \"%s\", "
+               "\"id_dtype\": \"%s\", \"gates\": \"%s\", \"ids\": \"%s\"",
+            r->all_fields ? "all" : "default", r->varlen ? "true" : "false", (long long)s->N,
+            (long long)s->C, (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
+            s->bf16 ? "bf16" : "f32", s->idx64 ? "int64" : "int32", s->per_write ? "per_write" : "per_token",
+            kIdNames[s->ids]);
+    if (s->ids == kZipf) json_number(f, ", ", "zipf_exponent", s->zipf, "%g");
+    else fputs(", \"zipf_exponent\": null", f);
+    if (r->threads > 0) fprintf(f, ", \"threads\": %d", r->threads);
+    fprintf(f, ", \"repeats\": %d", r->repeats);
+    json_number(f, ", ", "median_ms", r->median_ms, "%.6f");
+    json_number(f, ", ", "min_ms", r->min_ms, "%.6f");
+    json_number(f, ", ", "us_per_chunk", 1e3 * r->median_ms / (double)s->N, "%.6f");
+    json_number(f, ", ", "input_bytes", r->in_bytes, "%.0f");
+    json_number(f, ", ", "output_bytes", r->out_bytes, "%.0f");
+    json_number(f, ", ", "GBps", r->gbps, "%.3f");
+    json_number(f, ", ", "fraction_of_copy", r->of_copy, "%.5f");
+    json_number(f, ", ", "workspace_bytes", (double)r->workspace, "%.0f");
+    fprintf(f, "}%s\n", last ? "" : ",");
+}
+
+/* The run as one JSON object (the header comment lists its members); 0 on success. */
+static int write_json(const char* path, const RunInfo* run, const Results* shapes, const Results* sweep) {
+    FILE* f = fopen(path, "w");
+    int i, failed;
+    if (f == NULL) {
+        fprintf(stderr, "cannot write %s\n", path);
+        return 1;
+    }
+    fputs("{\n  \"library\": ", f);
+    json_string(f, sdm_p1_version_string());
+    fputs(",\n  \"backend\": ", f);
+    json_string(f, run->backend);
+    fputs(",\n  \"device\": ", f);
+    json_string(f, run->device);
+    fputs(",\n  \"date_utc\": ", f);
+    json_string(f, run->date_utc);
+    json_number(f, ",\n  ", "copy_bytes", run->copy_bytes, "%.0f");
+    json_number(f, ",\n  ", "copy_median_ms", run->copy_ms, "%.6f");
+    json_number(f, ",\n  ", "copy_GBps", run->copy_gbps, "%.3f");
+    if (run->cuda_driver > 0 || run->cuda_runtime > 0)
+        fprintf(f, ",\n  \"cuda_driver\": %d,\n  \"cuda_runtime\": %d", run->cuda_driver, run->cuda_runtime);
+    fputs(",\n  \"shapes\": [\n", f);
+    for (i = 0; i < shapes->count; ++i) json_result(f, &shapes->items[i], i + 1 == shapes->count);
+    fputs("  ],\n  \"n_sweep\": [\n", f);
+    for (i = 0; i < sweep->count; ++i) json_result(f, &sweep->items[i], i + 1 == sweep->count);
+    fputs("  ]\n}\n", f);
+    failed = ferror(f) != 0;
+    if (fclose(f) != 0) failed = 1;
+    if (failed) fprintf(stderr, "could not write %s\n", path);
+    else fprintf(stderr, "wrote %s\n", path);
+    return failed;
+}
+
+/* ---- CPU mode --------------------------------------------------------------------------- */
+
+/* The CPU's model name (Linux: /proc/cpuinfo), else "CPU". */
+static void cpu_name(char* buf, size_t n) {
+    FILE* f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(buf, n, "CPU");
+    if (f == NULL) return;
+    while (fgets(line, sizeof line, f) != NULL) {
+        char* v = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && v != NULL) {
+            for (++v; *v == ' ' || *v == '\t'; ++v) {}
+            v[strcspn(v, "\n")] = '\0';
+            snprintf(buf, n, "%s", v);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* A host memcpy of 256 MiB on one thread, median of 5 after a warm-up: GB/s of bytes read +
+ * written (the CPU mode's counterpart of the device-to-device copy). */
+static double host_copy_bandwidth(double* bytes, double* median_ms) {
+    const size_t n = (size_t)1 << 28;
+    char* a = malloc(n);
+    char* b = malloc(n);
+    volatile char sink;   /* a byte of each copy is read, so the copy is not optimized away */
+    double ms[5];
+    int i;
+    if (a == NULL || b == NULL) out_of_memory();
+    memset(a, 1, n);
+    memset(b, 0, n);
+    for (i = -1; i < 5; ++i) {
+        const double t0 = now_seconds();
+        memcpy(b, a, n);
+        sink = b[(size_t)(i + 1) * 4096];
+        if (i >= 0) ms[i] = 1e3 * (now_seconds() - t0);
+    }
+    (void)sink;
+    free(a);
+    free(b);
+    *bytes = (double)n;
+    *median_ms = median_of(ms, 5);
+    return 2.0 * (double)n / (*median_ms * 1e-3) / 1e9;
+}
+
+static int run_cpu_shape(const Shape* s, int reps, int threads, double copy_gbps, Result* r) {
     HostInputs hin;
-    sdm_p1_desc d = shape_desc(s, SDM_P1_BACKEND_CPU, SDM_P1_UNSET, threads), r;
+    sdm_p1_desc d = shape_desc(s, SDM_P1_BACKEND_CPU, SDM_P1_UNSET, threads), pd;
     sdm_p1_plan* plan = NULL;
     sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
-    double bytes, best = 1e30, total = 0.0;
+    double* ms = malloc((size_t)reps * sizeof *ms);
+    double total = 0.0;
     int rep;
-    if (make_inputs(s, &hin) != 0) return 1;
+    if (ms == NULL) out_of_memory();
+    if (make_inputs(s, &hin) != 0) {
+        free(ms);
+        return 1;
+    }
     if (sdm_p1_plan_create(&plan, &d) != SDM_P1_SUCCESS) {
         fprintf(stderr, "%s: %s\n", s->name, sdm_p1_last_error());
         free_inputs(&hin);
+        free(ms);
         return 1;
     }
-    bytes = input_bytes(&hin, SDM_P1_UNSET) + output_bytes(plan);
+    memset(r, 0, sizeof *r);
+    r->shape = *s;
+    r->repeats = reps;
+    r->in_bytes = input_bytes(&hin, SDM_P1_UNSET);
+    r->out_bytes = output_bytes(plan);
     in.k_idx = hin.k_idx;
     in.q_idx = hin.q_idx;
     in.k_val = hin.k_val;
@@ -351,28 +572,59 @@ static int run_cpu_shape(const Shape* s, int reps, int threads) {
     in.g = hin.g;
     for (rep = 0; rep < reps; ++rep) {
         const double t0 = now_seconds();
-        double dt;
         if (sdm_p1_execute(plan, &in, NULL, 0, NULL) != SDM_P1_SUCCESS) {
             fprintf(stderr, "%s: %s\n", s->name, sdm_p1_last_error());
             sdm_p1_plan_destroy(plan);
             free_inputs(&hin);
+            free(ms);
             return 1;
         }
-        dt = now_seconds() - t0;
-        total += dt;
-        if (dt < best) best = dt;
-        fprintf(stderr, "  %s: run %d/%d: %.3f ms\n", s->name, rep + 1, reps, 1e3 * dt);
+        ms[rep] = 1e3 * (now_seconds() - t0);
+        total += ms[rep];
+        fprintf(stderr, "  %s: run %d/%d: %.3f ms\n", s->name, rep + 1, reps, ms[rep]);
     }
-    sdm_p1_plan_desc(plan, &r);
-    printf("%-4s N=%lld C=%lld W=%lld R=%lld keys=%lld %s%s: best %.3f ms, mean %.3f ms, "
-           "%.1f MB in+out, %.2f GB/s (%s, %d threads)\n",
+    r->mean_ms = total / reps;
+    r->median_ms = median_of(ms, reps);
+    r->min_ms = ms[0];   /* sorted by median_of */
+    r->gbps = (r->in_bytes + r->out_bytes) / (r->median_ms * 1e-3) / 1e9;
+    r->of_copy = r->gbps / copy_gbps;
+    sdm_p1_plan_desc(plan, &pd);
+    r->threads = pd.num_threads;
+    if (sdm_p1_workspace_size(plan, &r->workspace) != SDM_P1_SUCCESS) r->workspace = 0;
+    printf("%-6s N=%lld C=%lld W=%lld R=%lld keys=%lld %s%s: best %.3f ms, median %.3f ms, mean %.3f ms, "
+           "%.1f MB in+out, %.2f GB/s at the best, %.4f of copy at the median (%s, %d threads)\n",
            s->name, (long long)s->N, (long long)s->C, (long long)s->W, (long long)s->R,
-           (long long)s->num_keys, s->bf16 ? "bf16" : "f32", s->idx64 ? " int64" : "",
-           1e3 * best, 1e3 * total / reps, bytes / 1e6, bytes / best / 1e9,
-           r.backend == SDM_P1_BACKEND_CPU ? "cpu" : "cuda", r.num_threads);
+           (long long)s->num_keys, s->bf16 ? "bf16" : "f32", s->idx64 ? " int64" : "", r->min_ms,
+           r->median_ms, r->mean_ms, (r->in_bytes + r->out_bytes) / 1e6,
+           (r->in_bytes + r->out_bytes) / (r->min_ms * 1e-3) / 1e9, r->of_copy,
+           pd.backend == SDM_P1_BACKEND_CPU ? "cpu" : "cuda", pd.num_threads);
+    fflush(stdout);
     sdm_p1_plan_destroy(plan);
     free_inputs(&hin);
+    free(ms);
     return 0;
+}
+
+static int run_cpu(const Shape* shapes, int count, int reps, int threads, const char* json) {
+    RunInfo run;
+    Results rs = {NULL, 0, 0}, none = {NULL, 0, 0};
+    int i, failed = 0;
+    memset(&run, 0, sizeof run);
+    run.backend = "cpu";
+    utc_now(run.date_utc, sizeof run.date_utc);
+    cpu_name(run.device, sizeof run.device);
+    run.copy_gbps = host_copy_bandwidth(&run.copy_bytes, &run.copy_ms);
+    printf("%s; libsdmp1 %s; %d timed runs per shape\n", run.device, sdm_p1_version_string(), reps);
+    printf("copy: 256 MiB memcpy on one thread, median %.3f ms: %.1f GB/s (read + write)\n",
+           run.copy_ms, run.copy_gbps);
+    for (i = 0; i < count; ++i) {
+        Result r;
+        if (run_cpu_shape(&shapes[i], reps, threads, run.copy_gbps, &r) != 0) failed = 1;
+        else push_result(&rs, &r);
+    }
+    if (json != NULL && write_json(json, &run, &rs, &none) != 0) failed = 1;
+    free(rs.items);
+    return failed;
 }
 
 /* ---- CUDA mode -------------------------------------------------------------------------- */
@@ -393,52 +645,12 @@ static void sdm_ok(sdm_p1_status st, const char* what) {
     exit(1);
 }
 
-/* One timed configuration (a shape with one det_fields). */
-typedef struct Result {
-    Shape shape;
-    int all_fields;
-    int varlen;   /* half the streams at half length (per-stream lengths) */
-    double median_ms, min_ms;
-    int runs;
-    double in_bytes, out_bytes, gbps, of_copy;
-    size_t workspace;
-} Result;
-
-typedef struct Results {
-    Result* items;
-    int count, cap;
-} Results;
-
-static void push_result(Results* rs, const Result* r) {
-    if (rs->count == rs->cap) {
-        Result* grown;
-        rs->cap = rs->cap ? 2 * rs->cap : 16;
-        grown = realloc(rs->items, (size_t)rs->cap * sizeof *grown);
-        if (grown == NULL) {
-            fprintf(stderr, "out of host memory\n");
-            exit(1);
-        }
-        rs->items = grown;
-    }
-    rs->items[rs->count++] = *r;
-}
-
-static int cmp_float(const void* a, const void* b) {
-    const float x = *(const float*)a, y = *(const float*)b;
-    return (x > y) - (x < y);
-}
-
-static double median_of(float* v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_float);
-    return n % 2 ? v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
-}
-
 /* Device-to-device copy of 2 GiB, median of 20 after a warm-up: GB/s of bytes read + written. */
-static double copy_bandwidth(cudaStream_t stream, double* median_ms) {
+static double copy_bandwidth(cudaStream_t stream, double* bytes_out, double* median_ms) {
     const size_t bytes = (size_t)1 << 31;
     void *a = NULL, *b = NULL;
     cudaEvent_t e0, e1;
-    float ms[20];
+    double ms[20];
     int i;
     CUDA_OK(cudaMalloc(&a, bytes));
     CUDA_OK(cudaMalloc(&b, bytes));
@@ -446,12 +658,15 @@ static double copy_bandwidth(cudaStream_t stream, double* median_ms) {
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
     for (i = -2; i < 20; ++i) {
+        float t;
         CUDA_OK(cudaEventRecord(e0, stream));
         CUDA_OK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
         CUDA_OK(cudaEventRecord(e1, stream));
         CUDA_OK(cudaEventSynchronize(e1));
-        if (i >= 0) CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
+        CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+        if (i >= 0) ms[i] = t;
     }
+    *bytes_out = (double)bytes;
     *median_ms = median_of(ms, 20);
     CUDA_OK(cudaEventDestroy(e0));
     CUDA_OK(cudaEventDestroy(e1));
@@ -501,12 +716,9 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
     sdm_p1_plan* plan = NULL;
     sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
     cudaEvent_t e0, e1;
-    float* ms = malloc((size_t)reps * sizeof *ms);
+    double* ms = malloc((size_t)reps * sizeof *ms);
     int i;
-    if (ms == NULL) {
-        fprintf(stderr, "out of host memory\n");
-        exit(1);
-    }
+    if (ms == NULL) out_of_memory();
     sdm_ok(sdm_p1_plan_create(&plan, &d), s->name);
     in.k_idx = dev->k_idx;
     in.q_idx = dev->q_idx;
@@ -522,17 +734,19 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
     CUDA_OK(cudaStreamSynchronize(stream));
     sdm_ok(sdm_p1_execute_status(plan), "the data check of the warm-up");
     for (i = 0; i < reps; ++i) {
+        float t;
         CUDA_OK(cudaEventRecord(e0, stream));
         sdm_ok(sdm_p1_execute(plan, &in, NULL, 0, stream), "execute");
         CUDA_OK(cudaEventRecord(e1, stream));
         CUDA_OK(cudaEventSynchronize(e1));
-        CUDA_OK(cudaEventElapsedTime(&ms[i], e0, e1));
+        CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+        ms[i] = t;
     }
     memset(r, 0, sizeof *r);
     r->shape = *s;
     r->all_fields = all;
     r->varlen = lengths != NULL;
-    r->runs = reps;
+    r->repeats = reps;
     r->median_ms = median_of(ms, reps);
     r->min_ms = ms[0];   /* sorted by median_of */
     r->in_bytes = input_bytes(host, det);
@@ -575,10 +789,7 @@ static void run_cuda_shape(const Shape* s, int reps, int varlen, cudaStream_t st
     if (varlen) {
         int32_t* half = malloc((size_t)s->P * sizeof *half);
         int64_t p;
-        if (half == NULL) {
-            fprintf(stderr, "out of host memory\n");
-            exit(1);
-        }
+        if (half == NULL) out_of_memory();
         for (p = 0; p < s->P; ++p) half[p] = (int32_t)(s->N / s->P * s->C / (p % 2 ? 2 : 1));
         lengths = upload(half, (size_t)s->P * sizeof *half);
         free(half);
@@ -628,60 +839,30 @@ static void run_sweep(int reps, cudaStream_t stream, double copy_gbps, Results* 
     free_inputs(&host);
 }
 
-static void json_result(FILE* f, const Result* r, int last) {
-    const Shape* s = &r->shape;
-    fprintf(f, "    {\"shape\": \"%s\", \"det_fields\": \"%s\", \"N\": %lld, \"C\": %lld, \"W\": %lld, "
-               "\"R\": %lld, \"num_keys\": %lld, \"streams\": %lld, \"values\": \"%s\", \"ids\": \"%s\", "
-               "\"gates\": \"%s\", \"runs\": %d, \"median_ms\": %.6f, \"min_ms\": %.6f, "
-               "\"us_per_chunk\": %.6f, \"input_bytes\": %.0f, \"output_bytes\": %.0f, \"GBps\": %.3f, "
-               "\"fraction_of_copy\": %.5f, \"workspace_bytes\": %zu}%s\n",
-            s->name, r->all_fields ? "all" : r->varlen ? "varlen" : "default", (long long)s->N,
-            (long long)s->C, (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
-            s->bf16 ? "bf16" : "f32", s->idx64 ? "int64" : "int32", s->per_write ? "per_write" : "per_token",
-            r->runs, r->median_ms, r->min_ms, 1e3 * r->median_ms / (double)s->N, r->in_bytes,
-            r->out_bytes, r->gbps, r->of_copy, r->workspace, last ? "" : ",");
-}
-
-static int write_json(const char* path, const char* device, double copy_ms, double copy_gbps,
-                      const Results* shapes, const Results* sweep) {
-    FILE* f = fopen(path, "w");
-    int i, driver = 0, runtime = 0;
-    if (f == NULL) {
-        fprintf(stderr, "cannot write %s\n", path);
-        return 1;
-    }
-    CUDA_OK(cudaDriverGetVersion(&driver));
-    CUDA_OK(cudaRuntimeGetVersion(&runtime));
-    fprintf(f, "{\n  \"library\": \"%s\",\n  \"device\": \"%s\",\n  \"cuda_driver\": %d,\n  \"cuda_runtime\": %d,\n",
-            sdm_p1_version_string(), device, driver, runtime);
-    fprintf(f, "  \"copy\": {\"bytes_per_copy\": %zu, \"median_ms\": %.6f, \"GBps_read_plus_write\": %.3f},\n",
-            (size_t)1 << 31, copy_ms, copy_gbps);
-    fprintf(f, "  \"shapes\": [\n");
-    for (i = 0; i < shapes->count; ++i) json_result(f, &shapes->items[i], i + 1 == shapes->count);
-    fprintf(f, "  ],\n  \"n_sweep\": [\n");
-    for (i = 0; i < sweep->count; ++i) json_result(f, &sweep->items[i], i + 1 == sweep->count);
-    fprintf(f, "  ]\n}\n");
-    return fclose(f) == 0 ? 0 : 1;
-}
-
 static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int varlen, const char* json) {
     struct cudaDeviceProp prop;
     cudaStream_t stream;
+    RunInfo run;
     Results rs = {NULL, 0, 0}, sw = {NULL, 0, 0};
-    double copy_ms, copy_gbps;
     int i, device = 0, failed = 0;
+    memset(&run, 0, sizeof run);
+    run.backend = "cuda";
+    utc_now(run.date_utc, sizeof run.date_utc);
     CUDA_OK(cudaGetDevice(&device));
     CUDA_OK(cudaGetDeviceProperties(&prop, device));
+    CUDA_OK(cudaDriverGetVersion(&run.cuda_driver));
+    CUDA_OK(cudaRuntimeGetVersion(&run.cuda_runtime));
+    snprintf(run.device, sizeof run.device, "%s", prop.name);
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    copy_gbps = copy_bandwidth(stream, &copy_ms);
+    run.copy_gbps = copy_bandwidth(stream, &run.copy_bytes, &run.copy_ms);
     printf("device %d: %s; libsdmp1 %s; %d timed runs per row (CUDA events, median)\n", device,
            prop.name, sdm_p1_version_string(), reps);
     printf("copy: 2 GiB device to device, median %.4f ms: %.1f GB/s (read + write)\n\n",
-           copy_ms, copy_gbps);
+           run.copy_ms, run.copy_gbps);
     print_table_header();
-    for (i = 0; i < count; ++i) run_cuda_shape(&shapes[i], reps, varlen, stream, copy_gbps, &rs);
-    if (sweep) run_sweep(reps, stream, copy_gbps, &sw);
-    if (json != NULL) failed = write_json(json, prop.name, copy_ms, copy_gbps, &rs, &sw);
+    for (i = 0; i < count; ++i) run_cuda_shape(&shapes[i], reps, varlen, stream, run.copy_gbps, &rs);
+    if (sweep) run_sweep(reps, stream, run.copy_gbps, &sw);
+    if (json != NULL) failed = write_json(json, &run, &rs, &sw);
     CUDA_OK(cudaStreamDestroy(stream));
     free(rs.items);
     free(sw.items);
@@ -692,18 +873,51 @@ static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int var
 
 /* ---- main ------------------------------------------------------------------------------ */
 
+static void print_usage(FILE* f, const char* argv0) {
+    int k;
+    fprintf(f, "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep] [--varlen] "
+               "[SHAPE ...]\n       %s --help\nSHAPE: ", argv0, argv0);
+    for (k = 0; k < kShapeCount; ++k) fprintf(f, "%s | ", kShapes[k].name);
+    fputs("N,C,W,R,num_keys[,streams]\n", f);
+}
+
 static int usage(const char* argv0) {
-    fprintf(stderr, "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json FILE] [--sweep] [--varlen] "
-                    "[S1..S7 | WR1 | WA1 | WR264 | WA264 | N,C,W,R,num_keys[,streams] ...]\n", argv0);
+    print_usage(stderr, argv0);
+    fprintf(stderr, "(--help for more)\n");
     return 2;
+}
+
+static int help(const char* argv0) {
+    print_usage(stdout, argv0);
+    fputs("\n"
+          "  --backend cpu|cuda  the backend to time (default cpu; cuda where the benchmark was\n"
+          "                      built with the CUDA backend)\n"
+          "  --reps K            timed executes a row (CPU: 5; CUDA: 20, at least 3)\n"
+          "  --threads T         the CPU backend's threads (default: the hardware's)\n"
+          "  --json PATH         also write the run's results to PATH as one JSON object: the\n"
+          "                      library version, backend, device, date and time (UTC), the copy\n"
+          "                      bandwidth measured in the run, and per shape and det_fields the\n"
+          "                      shape's parameters, median and best ms, bytes, GB/s, fraction of\n"
+          "                      the copy bandwidth and repeats (bench/results/README.md)\n"
+          "  --sweep             CUDA: also S1 at N = 1024 .. 16384\n"
+          "  --varlen            CUDA: also a row per shape with the odd streams at half length\n"
+          "\n"
+          "Shapes (docs/design.md): S1 .. S7; S8 = S6's configuration with S7's Zipf 1.1 ids;\n"
+          "S7z0.8, S7z1.5, S8z0.8, S8z1.5 = S7 and S8 with Zipf exponent 0.8 or 1.5; the worst\n"
+          "cases WR1, WA1, WR264, WA264 (C = W = R = 256). Without shapes: CPU 256,64,32,32,65536;\n"
+          "CUDA S1 .. S8, WR1, WA1 and the S1 sweep, each with the default and every field.\n",
+          stdout);
+    return 0;
 }
 
 int main(int argc, char** argv) {
     Shape shapes[64];
-    int count = 0, cuda = 0, reps = 0, threads = 0, sweep = 0, varlen = 0, failed = 0, i;
+    int count = 0, cuda = 0, reps = 0, threads = 0, sweep = 0, varlen = 0, i;
     const char* json = NULL;
     for (i = 1; i < argc; ++i) {
-        if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            return help(argv[0]);
+        } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
             ++i;
             if (!strcmp(argv[i], "cuda")) cuda = 1;
             else if (strcmp(argv[i], "cpu") != 0) return usage(argv[0]);
@@ -736,14 +950,13 @@ int main(int argc, char** argv) {
         return 2;
 #endif
     }
-    if (json != NULL || sweep || varlen) {
-        fprintf(stderr, "%s: --json, --sweep and --varlen are for --backend cuda\n", argv[0]);
+    if (sweep || varlen) {
+        fprintf(stderr, "%s: --sweep and --varlen are for --backend cuda\n", argv[0]);
         return 2;
     }
     if (count == 0) {
         const Shape s = {"cpu", 256, 64, 32, 32, 65536, 1, 1, 0, 0, kUniform, 0.0};
         shapes[count++] = s;
     }
-    for (i = 0; i < count; ++i) failed |= run_cpu_shape(&shapes[i], reps < 1 ? 5 : reps, threads);
-    return failed;
+    return run_cpu(shapes, count, reps < 1 ? 5 : reps, threads, json);
 }
