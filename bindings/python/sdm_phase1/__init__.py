@@ -25,6 +25,9 @@ library, its backends, the CUDA architectures it was built for and the GPUs it s
 
 from . import layout
 from ._bf16 import bf16_from_float32, bf16_to_float32
+from ._c import ffi as _ffi
+from ._c import lib as _lib
+from ._c import library_path
 from ._constants import (
     DET_DC_GIDX,
     DET_FLAGS,
@@ -67,9 +70,6 @@ from ._gpu import (
     plan_cache_info,
     synchronize,
 )
-from ._library import ffi as _ffi
-from ._library import lib as _lib
-from ._library import library_path
 from ._plan import Plan
 from ._types import Phase1
 from .layout import chunk_tokens, from_chunks, to_chunks
