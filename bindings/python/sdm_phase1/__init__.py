@@ -17,10 +17,12 @@ batches to and from the time-major chunks.
 The library computes Phase 1's forward only: inputs that require grad under autograd are
 refused (call under ``torch.no_grad()`` or on detached inputs).
 
-The library is loaded through cffi (ABI mode) from, in order: the file named by
-``SDMP1_LIBRARY``; the ``libsdmp1.so`` inside this package (the wheel's); the source tree's
-``build/libsdmp1.so``; the system's ``libsdmp1.so.1``. ``python -m sdm_phase1`` reports the
-library, its backends, the CUDA architectures it was built for and the GPUs it sees.
+The library is loaded through cffi (ABI mode), with declarations made from its header
+(``sdm_phase1._c``), from, in order: the file named by ``SDMP1_LIBRARY``; this installation's
+own ``libsdmp1.so`` (inside the package for a wheel, in the build folder for an editable
+install); the source tree's ``build/libsdmp1.so``; the system's ``libsdmp1.so.1``.
+``library_path`` names the file loaded. ``python -m sdm_phase1`` reports the library, its
+backends, the CUDA architectures it was built for and the GPUs it sees.
 """
 
 from . import layout

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -353,6 +354,8 @@ def test_not_found_lists_where_it_looked(tmp_path):
 
     if ctypes.util.find_library("sdmp1"):
         pytest.skip("libsdmp1 is installed on the system")
+    if not isinstance(resources.files("sdm_phase1"), Path):
+        pytest.skip("an editable install of sdm_phase1 answers every import of it")
     # A source tree without a build: <tmp>/bindings/python/sdm_phase1 and <tmp>/include.
     shutil.copytree(PYTHON_DIR / "sdm_phase1", tmp_path / "bindings" / "python" / "sdm_phase1",
                     ignore=shutil.ignore_patterns("__pycache__", "*.so", "phase1_cdef.h"))

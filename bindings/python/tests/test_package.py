@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,7 @@ def test_main_prints_library_and_backends():
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"sdm_phase1 {p1.binding_version}: libsdmp1 {p1.__version__}")
     assert any(line.startswith("backends: CPU") for line in lines)
+    assert f"library: {p1.library_path}" in lines and f"declarations: {_c.CDEF_SOURCE}" in lines
     archs = p1.cuda_architectures()
     if p1.cuda_device_count() is not None:
         assert any(line.startswith("GPUs:") for line in lines)
@@ -196,9 +198,18 @@ def test_pyproject_builds_the_library_with_meson():
 
 
 def test_installed_copy_is_self_contained():
-    """The copy under test: the source tree's, or (SDMP1_TEST_INSTALLED=1) a wheel's, which
-    loads the libsdmp1.so inside it and carries py.typed and Meson's version."""
+    """The copy under test: the source tree's, an editable install's, or
+    (SDMP1_TEST_INSTALLED=1) a wheel's, which loads the libsdmp1.so inside it and carries
+    py.typed and Meson's version."""
     package = Path(p1.__file__).resolve().parent
+    files = resources.files("sdm_phase1")
+    if not isinstance(files, Path):
+        # An editable install (pip install -e .): the modules are the checkout's, the library
+        # and the declarations its own build's (meson-python maps them), never ./build's.
+        own = files / "libsdmp1.so"
+        assert Path(p1.library_path) == own and own.parent != REPO / "build"
+        assert Path(_c.CDEF_SOURCE).is_relative_to(own.parent)
+        return
     if not INSTALLED:
         assert package == PYTHON_DIR / "sdm_phase1"
         return
