@@ -17,14 +17,19 @@ batches to and from the time-major chunks.
 The library computes Phase 1's forward only: inputs that require grad under autograd are
 refused (call under ``torch.no_grad()`` or on detached inputs).
 
-The library is loaded through cffi (ABI mode) from, in order: the file named by
-``SDMP1_LIBRARY``; the ``libsdmp1.so`` inside this package (the wheel's); the source tree's
-``build/libsdmp1.so``; the system's ``libsdmp1.so.1``. ``python -m sdm_phase1`` reports the
-library, its backends, the CUDA architectures it was built for and the GPUs it sees.
+The library is loaded through cffi (ABI mode), with declarations made from its header
+(``sdm_phase1._c``), from, in order: the file named by ``SDMP1_LIBRARY``; this installation's
+own ``libsdmp1.so`` (inside the package for a wheel, in the build folder for an editable
+install); the source tree's ``build/libsdmp1.so``; the system's ``libsdmp1.so.1``.
+``library_path`` names the file loaded. ``python -m sdm_phase1`` reports the library, its
+backends, the CUDA architectures it was built for and the GPUs it sees.
 """
 
 from . import layout
 from ._bf16 import bf16_from_float32, bf16_to_float32
+from ._c import ffi as _ffi
+from ._c import lib as _lib
+from ._c import library_path
 from ._constants import (
     DET_DC_GIDX,
     DET_FLAGS,
@@ -67,9 +72,6 @@ from ._gpu import (
     plan_cache_info,
     synchronize,
 )
-from ._library import ffi as _ffi
-from ._library import lib as _lib
-from ._library import library_path
 from ._plan import Plan
 from ._types import Phase1
 from .layout import chunk_tokens, from_chunks, to_chunks

@@ -1,5 +1,5 @@
-"""``python -m sdm_phase1``: the loaded library, its backends, the CUDA architectures its
-kernels were built for and the GPUs it sees."""
+"""``python -m sdm_phase1``: the loaded library, where its C declarations came from, its
+backends, the CUDA architectures its kernels were built for and the GPUs it sees."""
 
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ def _gpu_names(count: int) -> Optional[List[str]]:
 
 def main() -> int:
     import sdm_phase1 as p1
+    from sdm_phase1._c import CDEF_SOURCE
 
     print(f"sdm_phase1 {p1.binding_version}: libsdmp1 {p1.__version__} "
           f"(version number {p1.version_number()})")
     print(f"library: {p1.library_path}")
+    print(f"declarations: {CDEF_SOURCE}")
     count = p1.cuda_device_count()
     backends = "CPU, CUDA" if count is not None else "CPU (this library was built without CUDA)"
     print(f"backends: {backends}")

@@ -13,14 +13,12 @@ from typing import Optional
 
 import numpy as np
 
+from ._c import ffi
 from ._checks import lengths_dtype_code, not_contiguous
-from ._library import ffi, lib
+from ._dtypes import BFLOAT16, FLOAT32, INDEX_CODES
 
-__all__ = ["INDEX_CODES", "HostInputs", "prepare_inputs", "prepare_lengths", "index_dtype_code",
+__all__ = ["HostInputs", "prepare_inputs", "prepare_lengths", "index_dtype_code",
            "value_dtype_code"]
-
-#: NumPy index dtype -> sdm_p1_dtype (also the stream lengths' dtypes).
-INDEX_CODES = {np.dtype(np.int32): lib.SDM_P1_DTYPE_INT32, np.dtype(np.int64): lib.SDM_P1_DTYPE_INT64}
 
 
 def _is_bfloat16(dtype: np.dtype) -> bool:
@@ -39,12 +37,12 @@ def value_dtype_code(dtype) -> int:
     """The sdm_p1_dtype of a value dtype: float32, or bfloat16 given as uint16 bits, as a
     dtype named 'bfloat16' (ml_dtypes, JAX) or as the string 'bfloat16'; ValueError otherwise."""
     if isinstance(dtype, str) and dtype == "bfloat16":
-        return lib.SDM_P1_DTYPE_BFLOAT16
+        return BFLOAT16
     dt = np.dtype(dtype)
     if dt == np.float32:
-        return lib.SDM_P1_DTYPE_FLOAT32
+        return FLOAT32
     if dt == np.uint16 or _is_bfloat16(dt):
-        return lib.SDM_P1_DTYPE_BFLOAT16
+        return BFLOAT16
     raise ValueError(
         f"values must be float32, or bfloat16 (uint16 bit patterns or a 'bfloat16' dtype), got dtype {dt}"
     )
@@ -140,11 +138,11 @@ def prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta=None) -> HostInputs:
         ) from None
     value_view = k_val.dtype
     if q_val.dtype != k_val.dtype and not (
-        value_code == lib.SDM_P1_DTYPE_BFLOAT16
+        value_code == BFLOAT16
         and (q_val.dtype == np.uint16 or _is_bfloat16(q_val.dtype))
     ):
         raise ValueError(f"q_val must have k_val's dtype {k_val.dtype}, got {q_val.dtype}")
-    if value_code == lib.SDM_P1_DTYPE_BFLOAT16:
+    if value_code == BFLOAT16:
         k_val = k_val.view(np.uint16)
         q_val = q_val.view(np.uint16)
     if g.dtype != np.float32:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from ._library import lib
+from ._dtypes import CODES, VALUE_NAMES
 
 __all__ = ["LAYOUTS", "check_rank", "check_dtypes", "check_agreement", "lengths_dtype_code",
            "not_contiguous"]
@@ -52,20 +52,15 @@ def check_dtypes(dtypes: Dict[str, str]) -> Tuple[int, int]:
     if q != k:
         raise ValueError(f"q_idx must have k_idx's dtype {k}, got {q}")
     kv, qv = dtypes["k_val"], dtypes["q_val"]
-    bf16 = ("bfloat16", "uint16")
-    if kv == "float32":
-        value = lib.SDM_P1_DTYPE_FLOAT32
-    elif kv in bf16:
-        value = lib.SDM_P1_DTYPE_BFLOAT16
-    else:
+    if kv not in VALUE_NAMES:
         raise ValueError(f"k_val must be {_VALUES}, got dtype {kv}")
-    if qv != kv and not (kv in bf16 and qv in bf16):
+    value = VALUE_NAMES[kv]
+    if qv != kv and VALUE_NAMES.get(qv) != value:  # bfloat16 and its uint16 bits mix
         raise ValueError(f"q_val must have k_val's dtype {kv}, got {qv}")
     for name in ("g", "beta"):
         if name in dtypes and dtypes[name] != "float32":
             raise ValueError(f"{name} must be float32, got dtype {dtypes[name]}")
-    index = lib.SDM_P1_DTYPE_INT32 if k == "int32" else lib.SDM_P1_DTYPE_INT64
-    return index, value
+    return CODES[k], value
 
 
 def _want(name: str, N: int, C: int, W: int, R: int) -> str:
@@ -112,8 +107,6 @@ def lengths_dtype_code(shape: Tuple[int, ...], dtype: str, num_parallel: int) ->
             f"stream_lengths must be a 1-D array of num_parallel = {num_parallel} lengths, got shape "
             f"{tuple(shape)}"
         )
-    if dtype == "int32":
-        return lib.SDM_P1_DTYPE_INT32
-    if dtype == "int64":
-        return lib.SDM_P1_DTYPE_INT64
+    if dtype in ("int32", "int64"):
+        return CODES[dtype]
     raise ValueError(f"stream_lengths must be int32 or int64, got dtype {dtype}")

@@ -1,12 +1,15 @@
 """The spec's constants: det_fields bits and the bit layouts of pos_k / pos_q and spay_k / spay_q.
 
-These are plain Python values (they equal the header's SDM_P1_DET_* macros); they need no
-library.
+The det_fields bits are the header's SDM_P1_DET_* macros (read through the declarations made
+from it); the bit layouts are documented in the header's comments only, so they are written
+here.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from ._c import lib
 
 __all__ = [
     "DET_POS", "DET_SPAY_RANK", "DET_FLAGS", "DET_SPAY_K", "DET_SPAY_Q", "DET_KREC",
@@ -16,19 +19,19 @@ __all__ = [
 ]
 
 # det_fields bits: which optional outputs a call computes.
-DET_POS = 1  #: pos_k, pos_q
-DET_SPAY_RANK = 2  #: spay_rank
-DET_FLAGS = 4  #: is_last, is_only; q_last, q_only (with read groups)
-DET_SPAY_K = 8  #: spay_k
-DET_SPAY_Q = 16  #: spay_q (with read groups)
-DET_KREC = 32  #: krec
-DET_KSPA = 64  #: kspa (needs beta)
-DET_QREC = 128  #: qrec (with read groups)
-DET_TILES = 256  #: tiles_k, segb_k; tiles_q (with read groups)
-DET_DC_GIDX = 512  #: dc_kpos, dc_bpre
-DET_QREC8 = 2048  #: qrec8 (with read groups)
+DET_POS: int = lib.SDM_P1_DET_POS  #: pos_k, pos_q
+DET_SPAY_RANK: int = lib.SDM_P1_DET_SPAY_RANK  #: spay_rank
+DET_FLAGS: int = lib.SDM_P1_DET_FLAGS  #: is_last, is_only; q_last, q_only (with read groups)
+DET_SPAY_K: int = lib.SDM_P1_DET_SPAY_K  #: spay_k
+DET_SPAY_Q: int = lib.SDM_P1_DET_SPAY_Q  #: spay_q (with read groups)
+DET_KREC: int = lib.SDM_P1_DET_KREC  #: krec
+DET_KSPA: int = lib.SDM_P1_DET_KSPA  #: kspa (needs beta)
+DET_QREC: int = lib.SDM_P1_DET_QREC  #: qrec (with read groups)
+DET_TILES: int = lib.SDM_P1_DET_TILES  #: tiles_k, segb_k; tiles_q (with read groups)
+DET_DC_GIDX: int = lib.SDM_P1_DET_DC_GIDX  #: dc_kpos, dc_bpre
+DET_QREC8: int = lib.SDM_P1_DET_QREC8  #: qrec8 (with read groups)
 #: The default set: DET_POS | DET_SPAY_RANK | DET_FLAGS | DET_SPAY_K | DET_SPAY_Q.
-DET_SHIPPED = DET_POS | DET_SPAY_RANK | DET_FLAGS | DET_SPAY_K | DET_SPAY_Q
+DET_SHIPPED: int = lib.SDM_P1_DET_SHIPPED
 #: Added to the default when beta is given: DET_KREC | DET_KSPA | DET_QREC | DET_TILES.
 DET_RECORDS = DET_KREC | DET_KSPA | DET_QREC | DET_TILES
 

@@ -12,18 +12,16 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 import cupy
-import numpy
 
 from . import _gpu
 from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
+from ._dtypes import NUMPY
 from ._fields import EMPTY_DTYPES, REPEATS
 from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
 
 __all__ = ["forward"]
 
-#: sdm_p1_dtype code -> NumPy dtype name for cupy (bfloat16 as its uint16 bits).
-_DTYPES = {1: "int8", 2: "int32", 3: "int64", 4: "float32", 5: "uint16"}
 
 
 class _CupyWorkspace(_gpu.Workspace):
@@ -80,7 +78,7 @@ def _make_plan(key, device, arrays, repeats, num_parallel, stream_offset, num_ke
     plan = _gpu.get_plan_for(key, options, lambda: _CupyWorkspace(device))
     if plan.extra is None:
         # dtype objects made once: cupy.ndarray would parse a dtype name at every call.
-        plan.extra = [(shape, numpy.dtype(_DTYPES[dt]), offset) for _, shape, dt, offset in plan.layout]
+        plan.extra = [(shape, NUMPY[dt], offset) for _, shape, dt, offset in plan.layout]
     return plan
 
 
@@ -152,6 +150,6 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
             a = by_field[f]
             if a is None and f in EMPTY_DTYPES:
                 shape = (0, C, W) if name in ("is_last", "is_only") else (0,)
-                a = cupy.empty(shape, dtype=_DTYPES[EMPTY_DTYPES[f]])
+                a = cupy.empty(shape, dtype=NUMPY[EMPTY_DTYPES[f]])
             fields.append(a)
     return Phase1._make(fields)

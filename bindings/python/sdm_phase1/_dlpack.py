@@ -9,6 +9,8 @@ from typing import NamedTuple, Tuple
 
 import cffi
 
+from ._dtypes import DLPACK_NAMES
+
 __all__ = ["DLTensorInfo", "read_capsule", "capsule_pointer", "KDL_CPU", "KDL_CUDA"]
 
 KDL_CPU = 1
@@ -38,10 +40,6 @@ _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype = ctypes.c_void_p
 _get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-# (DLDataTypeCode, bits) -> dtype name: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4.
-_DTYPES = {(0, 8): "int8", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8", (1, 16): "uint16",
-           (1, 32): "uint32", (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
-           (4, 16): "bfloat16"}
 
 
 class DLTensorInfo(NamedTuple):
@@ -68,7 +66,7 @@ def read_capsule(capsule) -> DLTensorInfo:
                 contiguous = False
             want *= n
     code = (int(t.dtype.code), int(t.dtype.bits))
-    dtype = _DTYPES.get(code, f"DLPack dtype code {code[0]} bits {code[1]}")
+    dtype = DLPACK_NAMES.get(code, f"DLPack dtype code {code[0]} bits {code[1]}")
     if t.dtype.lanes != 1:
         dtype += f" x{t.dtype.lanes}"
     ptr = int(_ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)

@@ -11,17 +11,18 @@ from __future__ import annotations
 import functools
 from typing import List, Tuple
 
+from ._c import ffi, lib
+from ._dtypes import BFLOAT16, FLOAT32, INT8, INT32
 from ._errors import check
-from ._library import ffi, lib
 
-__all__ = ["INT8", "INT32", "INT64", "FLOAT32", "VALUE", "REPEATS", "output_layout", "EMPTY_DTYPES"]
+__all__ = ["VALUE", "REPEATS", "output_layout", "EMPTY_DTYPES"]
 
-# Element types of the layout: the sdm_p1_dtype codes, and VALUE for "the value dtype".
-INT8, INT32, INT64, FLOAT32 = 1, 2, 3, 4
+#: The element type of the value-dtype fields (cpe, k_eff, q_w) in a layout, whose other
+#: fields have their sdm_p1_dtype code.
 VALUE = -1
 
 #: The field id of ``repeats`` (after the 28 fields of Phase1).
-REPEATS = 28
+REPEATS = lib.SDM_P1_FIELD_REPEATS
 
 #: The dtype of a not-requested field that the spec returns as an empty array (is_last,
 #: is_only and the record fields), by field id.
@@ -55,7 +56,7 @@ def _chunk_layout(C: int, W: int, R: int, det_fields: int, need_read_groups: boo
     desc.need_read_groups = 1 if need_read_groups else 0
     desc.rec_tile = max(rec_tile, 0)
     # bfloat16 values: the value-typed fields are then the only bfloat16 ones (VALUE).
-    desc.value_dtype = lib.SDM_P1_DTYPE_BFLOAT16
+    desc.value_dtype = BFLOAT16
     desc.backend = lib.SDM_P1_BACKEND_CPU  # shapes are the same on every backend
     views = ffi.new("sdm_p1_tensor[]", lib.SDM_P1_FIELD_COUNT)
     check("sdm_p1_describe_outputs", lib.sdm_p1_describe_outputs(desc, views, lib.SDM_P1_FIELD_COUNT))
@@ -64,7 +65,7 @@ def _chunk_layout(C: int, W: int, R: int, det_fields: int, need_read_groups: boo
         v = views[f]
         if not v.requested:
             continue
-        dtype = VALUE if v.dtype == lib.SDM_P1_DTYPE_BFLOAT16 else int(v.dtype)
+        dtype = VALUE if v.dtype == BFLOAT16 else int(v.dtype)
         shape = tuple(int(v.shape[d]) for d in range(v.ndim))
         layout.append((f, shape if f == REPEATS else shape[1:], dtype))
     return layout

@@ -8,13 +8,14 @@ from typing import Optional
 
 import numpy as np
 
-from ._arrays import INDEX_CODES, prepare_inputs, prepare_lengths
+from ._arrays import prepare_inputs, prepare_lengths
+from ._c import lib
 from ._checks import check_agreement
+from ._dtypes import INDEX_CODES, NUMPY
 from ._gpu import get_plan_for
-from ._library import lib
 from ._options import call_options, optional_int, require_bool
 from ._plan import Plan, backend_code, check_host_repeats, host_result
-from ._types import DTYPES, Phase1
+from ._types import Phase1
 
 __all__ = ["phase1_forward", "framework_of"]
 
@@ -195,7 +196,7 @@ def phase1_forward(
                          0 if lengths is None else INDEX_CODES[lengths.dtype])
     arrays = [None] * lib.SDM_P1_FIELD_COUNT
     for f, shape, dt, offset in cached.layout:
-        arrays[f] = np.ndarray(shape, DTYPES[dt], buffer=block, offset=offset)
+        arrays[f] = np.ndarray(shape, NUMPY[dt], buffer=block, offset=offset)
     return host_result(arrays, repeats, x.value_view, C, W)
 
 

@@ -17,8 +17,8 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
+from ._c import ffi, lib
 from ._errors import Phase1Error, check
-from ._library import ffi, lib
 from ._plan import create_plan, desc_values
 
 __all__ = [
@@ -89,7 +89,6 @@ def _free(ctx, ptr, nbytes, stream) -> None:
 
 _ALLOC_CB = ffi.callback("int(void*, void**, size_t, void*)", _alloc, error=1)
 _FREE_CB = ffi.callback("void(void*, void*, size_t, void*)", _free)
-_ITEMSIZE = {1: 1, 2: 4, 3: 8, 4: 4, 5: 2}  # sdm_p1_dtype -> bytes
 
 
 class CachedPlan:

@@ -26,13 +26,14 @@ import jax.numpy as jnp
 from . import _gpu
 from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
 from ._dlpack import KDL_CUDA, capsule_pointer, read_capsule
+from ._dtypes import framework_dtypes
 from ._fields import EMPTY_DTYPES, REPEATS
 from ._options import call_options, require_bool
 from ._types import FIELDS, Phase1
 
 __all__ = ["forward"]
 
-_DTYPES = {1: jnp.int8, 2: jnp.int32, 4: jnp.float32, 5: jnp.bfloat16}
+_DTYPES = framework_dtypes(jnp)  # sdm_p1_dtype code -> JAX dtype
 _streams: dict = {}
 
 

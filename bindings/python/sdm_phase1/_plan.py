@@ -9,11 +9,12 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from ._arrays import HostInputs, index_dtype_code, prepare_inputs, prepare_lengths, value_dtype_code
+from ._c import ffi, lib
 from ._constants import DET_SHIPPED
+from ._dtypes import NUMPY
 from ._errors import check
-from ._library import ffi, lib
 from ._options import optional_int, require_bool, require_int
-from ._types import DTYPES, FIELDS, Phase1, not_requested
+from ._types import FIELDS, Phase1, not_requested
 
 __all__ = ["Plan", "backend_code", "desc_values", "create_plan", "check_host_repeats", "host_result"]
 
@@ -230,7 +231,7 @@ class Plan:
     @property
     def fields(self) -> dict:
         """The outputs the plan computes: name -> (NumPy dtype, shape); bfloat16 as uint16."""
-        return {v[0]: (DTYPES[v[1]], v[2]) for v in self._views if v is not None}
+        return {v[0]: (NUMPY[v[1]], v[2]) for v in self._views if v is not None}
 
     @property
     def workspace_size(self) -> int:
@@ -293,7 +294,7 @@ class Plan:
         for f, view in enumerate(self._views):
             if view is None:
                 continue
-            arr = np.empty(view[2], DTYPES[view[1]])
+            arr = np.empty(view[2], NUMPY[view[1]])
             buf = ffi.from_buffer(arr)
             keep.append(buf)
             outs[f] = buf

@@ -20,9 +20,10 @@ from typing import Any, List, Tuple
 import torch
 
 from . import _gpu
+from ._c import lib
 from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
+from ._dtypes import NAMES, framework_dtypes
 from ._fields import EMPTY_DTYPES, REPEATS
-from ._library import lib
 from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
 
@@ -30,9 +31,8 @@ __all__ = ["run", "forward", "FORWARD_ONLY", "refuse_grad", "check_repeats", "TO
            "phase1_from_outputs", "call_key"]
 
 #: sdm_p1_dtype code -> torch dtype.
-TORCH_DTYPES = {1: torch.int8, 2: torch.int32, 3: torch.int64, 4: torch.float32, 5: torch.bfloat16}
-_NAMES = {torch.int32: "int32", torch.int64: "int64", torch.float32: "float32",
-          torch.bfloat16: "bfloat16"}
+TORCH_DTYPES = framework_dtypes(torch)
+_NAMES = {dtype: NAMES[code] for code, dtype in TORCH_DTYPES.items()}
 _CPU = lib.SDM_P1_BACKEND_CPU
 
 #: The error for inputs that require grad while autograd records ({name}: the input).

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["Phase1", "FIELDS", "DTYPES", "RECORD_FIELDS", "not_requested"]
+__all__ = ["Phase1", "FIELDS", "RECORD_FIELDS", "not_requested"]
 
 
 class Phase1(NamedTuple):
@@ -53,15 +53,6 @@ class Phase1(NamedTuple):
 
 #: The Phase1 field names; index i is the library's field id i (SDM_P1_FIELD_A = 0, ...).
 FIELDS = Phase1._fields
-
-#: sdm_p1_dtype -> NumPy dtype (bfloat16 as its uint16 bits).
-DTYPES: Dict[int, np.dtype] = {
-    1: np.dtype(np.int8),
-    2: np.dtype(np.int32),
-    3: np.dtype(np.int64),
-    4: np.dtype(np.float32),
-    5: np.dtype(np.uint16),
-}
 
 #: Fields that are empty arrays, not None, when not requested (the spec's record fields).
 RECORD_FIELDS = frozenset(

@@ -10,12 +10,13 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sdm_phase1 as p1
-from sdm_phase1 import _library
+from sdm_phase1 import _c
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 REPO = PYTHON_DIR.parents[1]
@@ -114,6 +115,7 @@ def _declarations(source):
     from pycparser import c_generator
 
     types = "".join(f"typedef int {t};" for t in ("size_t", "uint32_t", "int32_t", "int64_t"))
+    source = re.sub(r"/\*.*?\*/", "", source, flags=re.S)
     body = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#"))
     ast = pycparser.CParser().parse(types + "\n" + body)
     gen = c_generator.CGenerator()
@@ -122,25 +124,32 @@ def _declarations(source):
     return decls
 
 
-def test_cdef_matches_header(tmp_path):
-    """Parse the preprocessed header with a fresh cffi FFI and compare every function, struct,
-    field and enum with the binding's declarations."""
-    import cffi
-
+def _compiler_preprocessed(header, tmp_path):
+    """``header`` as the system's C preprocessor sees it (no system headers): the reference
+    the binding's declarations, made by sdm_phase1/_c/declarations.py, are checked against."""
     cc = compiler()
     stubs = tmp_path / "stubs"
-    stubs.mkdir()
+    stubs.mkdir(exist_ok=True)
     (stubs / "stddef.h").write_text("")
     (stubs / "stdint.h").write_text("")
     text = subprocess.run([cc, "-E", "-P", "-nostdinc", "-I", str(stubs), "-I", str(REPO / "include"),
-                           "-DSDM_P1_API=", str(HEADER)], check=True, capture_output=True,
+                           "-DSDM_P1_API=", str(header)], check=True, capture_output=True,
                           text=True).stdout
-    text = re.sub(r"__attribute__\s*\(\(.*?\)\)\s*\)?", "", text)
+    return re.sub(r"__attribute__\s*\(\(.*?\)\)\s*\)?", "", text)
+
+
+def test_cdef_matches_header(tmp_path):
+    """Parse the preprocessed header with a fresh cffi FFI and compare every function, struct,
+    field and enum with the binding's declarations (the build's file of an installed package,
+    made from the header by the package's generator; a source tree's, made at import)."""
+    import cffi
+
+    text = _compiler_preprocessed(HEADER, tmp_path)
     # Declaration by declaration, as text (qualifiers included), through pycparser.
-    assert _declarations(text) == _declarations(_library.CDEF)
+    assert _declarations(text) == _declarations(_c.CDEF)
     ref = cffi.FFI()
     ref.cdef(text)
-    ours = _library.ffi
+    ours = _c.ffi
 
     ref_types, ours_types = ref.list_types(), ours.list_types()
     assert sorted(ref_types[0]) == sorted(ours_types[0]), "typedef names"
@@ -170,25 +179,71 @@ def test_cdef_matches_header(tmp_path):
     functions = [n for n in ref_names if isinstance(getattr(ref_lib, n), ref.CData)]
     assert len(functions) + len(absent) == 16
     for name in ref_names:
-        assert hasattr(_library.lib, name), name
-        rv, ov = getattr(ref_lib, name), getattr(_library.lib, name)
+        assert hasattr(_c.lib, name), name
+        rv, ov = getattr(ref_lib, name), getattr(_c.lib, name)
         if name in functions:
             assert ref.typeof(rv).cname == ours.typeof(ov).cname, name
         else:
             assert rv == ov, name
-    ours_names = set(dir(_library.lib)) - absent
-    ours_functions = {n for n in ours_names if isinstance(getattr(_library.lib, n), ours.CData)}
+    ours_names = set(dir(_c.lib)) - absent
+    ours_functions = {n for n in ours_names if isinstance(getattr(_c.lib, n), ours.CData)}
     assert ours_functions == set(functions), "functions the header lacks"
     # Everything else the binding declares is a header macro.
     extra = ours_names - ref_names
     assert extra <= set(header_macros()), extra
 
 
+def test_generated_declarations_follow_the_header(tmp_path):
+    """The generator run on a changed header gives declarations that no longer match the
+    binding's (so the comparison above can fail), and equal what the compiler sees of it."""
+    from sdm_phase1._c.declarations import declarations
+
+    changed = tmp_path / "sdm" / "phase1.h"
+    changed.parent.mkdir()
+    shutil.copy(HEADER.parent / "phase1_version.h", changed.parent)
+    field = "    int32_t reserved;"
+    changed.write_text(HEADER.read_text().replace(field, field + "\n    int64_t added;"))
+    ours = declarations(changed)
+    assert "int64_t added;" in ours and _declarations(ours) != _declarations(_c.CDEF)
+    assert _declarations(ours) == _declarations(_compiler_preprocessed(changed, tmp_path))
+    # Generated from the checkout's header now: what the package loaded (for an installed
+    # package, the build's copy is not stale).
+    assert declarations(HEADER).splitlines()[1:] == _c.CDEF.splitlines()[1:]
+
+
+@pytest.mark.parametrize("construct", ["#define SDM_P1_MAX(a, b) ((a) > (b) ? (a) : (b))",
+                                       "#pragma once", "#if SDM_P1_UNKNOWN(1)\n#endif",
+                                       "#include sdm/other.h", "#error stop"])
+def test_declarations_refuse_what_they_do_not_handle(tmp_path, construct):
+    """A header construct the generator does not understand is an error naming its line,
+    never dropped silently."""
+    from sdm_phase1._c.declarations import declarations
+
+    header = tmp_path / "sdm" / "phase1.h"
+    header.parent.mkdir()
+    header.write_text("/* a header */\ntypedef int sdm_p1_x;\n" + construct + "\n")
+    with pytest.raises(ValueError, match=r"phase1\.h:3"):
+        declarations(header)
+
+
+def test_declarations_evaluate_macros_and_conditions(tmp_path):
+    from sdm_phase1._c.declarations import declarations
+
+    header = tmp_path / "sdm" / "phase1.h"
+    header.parent.mkdir()
+    header.write_text(
+        "#ifndef GUARD\n#define GUARD\n#define A 0x10u /* sixteen */\n#define B (A * 2 + (-1))\n"
+        "#define API\n#if defined(__cplusplus) || defined(_WIN32)\nint windows;\n#elif A > 8 && !defined(X)\n"
+        "API int f(int x[B]); // the line\n#else\nint other;\n#endif\n#endif\n")
+    assert declarations(header).splitlines()[1:] == [
+        "#define A 16", "#define B 31", "int f(int x[31]);"]
+
+
 def test_layout_and_constants_match_compiler(tmp_path):
     """sizeof / offsetof of every struct field and every enum value and SDM_P1_* macro, as the
     system compiler sees the header, against cffi's."""
     cc = compiler()
-    ffi = _library.ffi
+    ffi = _c.ffi
     lines, expect = [], []
     for name in ffi.list_types()[0]:
         t = ffi.typeof(name)
@@ -205,7 +260,7 @@ def test_layout_and_constants_match_compiler(tmp_path):
     macros = [m for m in header_macros() if not m.startswith("SDM_P1_API")]
     for m in macros:
         lines.append(f'printf("%lld\\n", (long long)({m}));')
-        expect.append((m, getattr(_library.lib, m)))
+        expect.append((m, getattr(_c.lib, m)))
     src = tmp_path / "layout.c"
     src.write_text("#include <stdio.h>\n#include <stddef.h>\n#include <sdm/phase1.h>\n"
                    "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
@@ -216,11 +271,11 @@ def test_layout_and_constants_match_compiler(tmp_path):
     assert len(got) == len(expect)
     for (what, value), line in zip(expect, got):
         assert int(line) == value, what
-    assert set(re.findall(r"#define\s+(\w+)", _library.CDEF)) == set(macros)
+    assert set(re.findall(r"#define\s+(\w+)", _c.CDEF)) == set(macros)
 
 
 def test_python_constants_match_header():
-    lib = _library.lib
+    lib = _c.lib
     for name in ("POS", "SPAY_RANK", "FLAGS", "SPAY_K", "SPAY_Q", "KREC", "KSPA", "QREC",
                  "TILES", "DC_GIDX", "QREC8", "SHIPPED"):
         assert getattr(p1, "DET_" + name) == getattr(lib, "SDM_P1_DET_" + name), name
@@ -260,14 +315,51 @@ def test_env_override_real_library(tmp_path):
     assert r.stdout.split() == [str(real), p1.__version__]
 
 
+def test_candidate_order(tmp_path):
+    """The library tried first is the installation's own: a wheel's inside the package, an
+    editable install's in its build folder (never the checkout's older ./build); a package
+    run from a source tree tries the checkout's build, then the system's."""
+    from sdm_phase1._c.library import candidate_paths
+
+    checkout = tmp_path / "repo"
+    package = checkout / "bindings" / "python" / "sdm_phase1"
+    package.mkdir(parents=True)
+    (checkout / "build").mkdir()
+    (checkout / "build" / "libsdmp1.so").write_bytes(b"an older build")
+    # A source tree: its build, then the system's.
+    tried = candidate_paths(package, package)
+    assert tried[0] == str(checkout / "build" / "libsdmp1.so") and tried[-1] == "libsdmp1.so.1"
+    assert str(package / "libsdmp1.so") not in tried
+
+    class EditableFiles:
+        """What importlib.resources.files gives for a meson-python editable install: not a
+        folder, but a map of the package's files into the build folder (build/cp311)."""
+
+        def __truediv__(self, name):
+            return checkout / "build" / "cp311" / name
+
+    # An editable install: its own build's library only, even before it is built.
+    assert candidate_paths(EditableFiles(), package) == [str(checkout / "build" / "cp311" / "libsdmp1.so")]
+    # A wheel (or any package holding the library): its own only.
+    (package / "libsdmp1.so").write_bytes(b"this installation's")
+    assert candidate_paths(package, package) == [str(package / "libsdmp1.so")]
+    site = tmp_path / "site-packages" / "sdm_phase1"
+    site.mkdir(parents=True)
+    # An installed package without its library (no checkout to look in): the system's only.
+    assert all(os.path.sep not in name for name in candidate_paths(site, site))
+
+
 def test_not_found_lists_where_it_looked(tmp_path):
     import ctypes.util
 
     if ctypes.util.find_library("sdmp1"):
         pytest.skip("libsdmp1 is installed on the system")
-    # A source tree without a build: <tmp>/bindings/python/sdm_phase1.
+    if not isinstance(resources.files("sdm_phase1"), Path):
+        pytest.skip("an editable install of sdm_phase1 answers every import of it")
+    # A source tree without a build: <tmp>/bindings/python/sdm_phase1 and <tmp>/include.
     shutil.copytree(PYTHON_DIR / "sdm_phase1", tmp_path / "bindings" / "python" / "sdm_phase1",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "phase1_cdef.h"))
+    shutil.copytree(REPO / "include", tmp_path / "include")
     r = _run_python(f"import sys; sys.path.insert(0, {str(tmp_path / 'bindings' / 'python')!r}); "
                     "import sdm_phase1", {"LD_LIBRARY_PATH": ""}, cwd=str(tmp_path))
     assert r.returncode != 0
@@ -367,7 +459,7 @@ def test_every_status_of_the_header_has_a_class():
 def test_check_raises_the_class_of_each_status(status):
     from sdm_phase1._errors import check
 
-    code = getattr(_library.lib, status)
+    code = getattr(_c.lib, status)
     with pytest.raises(p1.Phase1Error) as info:
         check("sdm_p1_example", code)
     e = info.value
@@ -383,7 +475,7 @@ def test_check_raises_the_class_of_each_status(status):
 def test_check_of_success_and_of_an_unknown_code():
     from sdm_phase1._errors import check
 
-    assert check("sdm_p1_example", _library.lib.SDM_P1_SUCCESS) is None
+    assert check("sdm_p1_example", _c.lib.SDM_P1_SUCCESS) is None
     with pytest.raises(p1.Phase1Error) as info:
         check("sdm_p1_example", 99)  # a newer library's status: the base class
     assert type(info.value) is p1.Phase1Error and info.value.status == "SDM_P1_UNKNOWN_STATUS"

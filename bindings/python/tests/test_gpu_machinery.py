@@ -14,8 +14,9 @@ import pytest
 import sdm_phase1 as p1
 from gpu_support import cpu_result, split
 from sdm_phase1 import _gpu
-from sdm_phase1._library import lib
-from sdm_phase1._types import DTYPES, Phase1
+from sdm_phase1._c import lib
+from sdm_phase1._dtypes import NUMPY as DTYPES
+from sdm_phase1._types import Phase1
 from test_reference import make_case
 
 CPU = lib.SDM_P1_BACKEND_CPU

@@ -10,12 +10,14 @@ import os
 import re
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sdm_phase1 as p1
-from sdm_phase1 import _fields
+from sdm_phase1 import _c, _dtypes, _fields
+from sdm_phase1._c import lib
 from sdm_phase1._dlpack import capsule_pointer, read_capsule
 from sdm_phase1._forward import framework_of
 
@@ -23,6 +25,10 @@ PYTHON_DIR = Path(__file__).resolve().parents[1]
 REPO = PYTHON_DIR.parents[1]
 #: CI's run against the wheel installed in a fresh virtual environment.
 INSTALLED = os.environ.get("SDMP1_TEST_INSTALLED") == "1"
+#: The expected NumPy dtype of each sdm_p1_dtype, written out (bfloat16 as its uint16 bits).
+_NUMPY_OF_CODE = {lib.SDM_P1_DTYPE_INT8: np.int8, lib.SDM_P1_DTYPE_INT32: np.int32,
+                  lib.SDM_P1_DTYPE_INT64: np.int64, lib.SDM_P1_DTYPE_FLOAT32: np.float32,
+                  lib.SDM_P1_DTYPE_BFLOAT16: np.uint16}
 
 
 def _env():
@@ -37,8 +43,7 @@ def _env():
                                         512, 2048, 32 | 256])
 @pytest.mark.parametrize("read_groups", [True, False])
 def test_output_layout_matches_library(det_fields, read_groups):
-    dt = {_fields.INT8: np.int8, _fields.INT32: np.int32, _fields.INT64: np.int64,
-          _fields.FLOAT32: np.float32}
+    dt = _NUMPY_OF_CODE
     for (N, C, W, R), tile in itertools.product([(2, 8, 3, 2), (4, 37, 5, 9), (2, 256, 1, 7)],
                                                 [0, 1, 5, 128, 1000]):
         with p1.Plan(N=N, C=C, W=W, R=R, num_parallel=2, stream_offset=0, num_keys=64,
@@ -56,10 +61,28 @@ def test_empty_field_dtypes_match_cpu_results():
     (k, q, kv, qv, g) = _small()
     r = p1.phase1_forward(k, q, kv, qv, g, num_parallel=1, stream_offset=0, num_keys=8, valid_last=2,
                           det_fields=0)
-    dt = {_fields.INT8: np.int8, _fields.INT32: np.int32, _fields.FLOAT32: np.float32}
+    dt = _NUMPY_OF_CODE
     for f, d in _fields.EMPTY_DTYPES.items():
         x = r[f]
         assert x is not None and x.size == 0 and x.dtype == dt[d], p1.Phase1._fields[f]
+
+
+def test_dtype_table_follows_the_header():
+    """_dtypes, the one table of element types: every sdm_p1_dtype of the header, named as the
+    frameworks name them, with its NumPy dtype and size."""
+    assert _dtypes.NAMES == {lib.SDM_P1_DTYPE_INT8: "int8", lib.SDM_P1_DTYPE_INT32: "int32",
+                             lib.SDM_P1_DTYPE_INT64: "int64", lib.SDM_P1_DTYPE_FLOAT32: "float32",
+                             lib.SDM_P1_DTYPE_BFLOAT16: "bfloat16"}
+    assert _dtypes.NUMPY == {code: np.dtype(dt) for code, dt in _NUMPY_OF_CODE.items()}
+    assert _dtypes.ITEMSIZE[lib.SDM_P1_DTYPE_BFLOAT16] == 2
+    assert _dtypes.CODES["uint16"] == _dtypes.CODES["bfloat16"] == lib.SDM_P1_DTYPE_BFLOAT16
+
+    class Framework:
+        int8, int32, int64, float32, bfloat16 = "i1", "i4", "i8", "f4", "bf16"
+
+    assert _dtypes.framework_dtypes(Framework) == {
+        lib.SDM_P1_DTYPE_INT8: "i1", lib.SDM_P1_DTYPE_INT32: "i4", lib.SDM_P1_DTYPE_INT64: "i8",
+        lib.SDM_P1_DTYPE_FLOAT32: "f4", lib.SDM_P1_DTYPE_BFLOAT16: "bf16"}
 
 
 def _small():
@@ -134,6 +157,7 @@ def test_main_prints_library_and_backends():
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"sdm_phase1 {p1.binding_version}: libsdmp1 {p1.__version__}")
     assert any(line.startswith("backends: CPU") for line in lines)
+    assert f"library: {p1.library_path}" in lines and f"declarations: {_c.CDEF_SOURCE}" in lines
     archs = p1.cuda_architectures()
     if p1.cuda_device_count() is not None:
         assert any(line.startswith("GPUs:") for line in lines)
@@ -153,9 +177,12 @@ def test_import_does_not_import_gpu_frameworks():
 
 
 def test_wheel_installs_every_module():
-    """bindings/python/meson.build, the wheel's file list, names every file of the package."""
-    listed = set(re.findall(r"'sdm_phase1/([^']+)'", (PYTHON_DIR / "meson.build").read_text()))
-    present = {f.name for f in (PYTHON_DIR / "sdm_phase1").iterdir() if f.is_file() and f.suffix != ".pyc"}
+    """bindings/python/meson.build, the wheel's file list, names every file of the package
+    (its subpackages' too)."""
+    listed = set(re.findall(r"'sdm_phase1/([^']+\.\w+)'", (PYTHON_DIR / "meson.build").read_text()))
+    package = PYTHON_DIR / "sdm_phase1"
+    present = {f.relative_to(package).as_posix() for f in package.rglob("*")
+               if f.is_file() and f.suffix != ".pyc"}
     assert listed == present
 
 
@@ -171,9 +198,18 @@ def test_pyproject_builds_the_library_with_meson():
 
 
 def test_installed_copy_is_self_contained():
-    """The copy under test: the source tree's, or (SDMP1_TEST_INSTALLED=1) a wheel's, which
-    loads the libsdmp1.so inside it and carries py.typed and Meson's version."""
+    """The copy under test: the source tree's, an editable install's, or
+    (SDMP1_TEST_INSTALLED=1) a wheel's, which loads the libsdmp1.so inside it and carries
+    py.typed and Meson's version."""
     package = Path(p1.__file__).resolve().parent
+    files = resources.files("sdm_phase1")
+    if not isinstance(files, Path):
+        # An editable install (pip install -e .): the modules are the checkout's, the library
+        # and the declarations its own build's (meson-python maps them), never ./build's.
+        own = files / "libsdmp1.so"
+        assert Path(p1.library_path) == own and own.parent != REPO / "build"
+        assert Path(_c.CDEF_SOURCE).is_relative_to(own.parent)
+        return
     if not INSTALLED:
         assert package == PYTHON_DIR / "sdm_phase1"
         return
@@ -181,6 +217,8 @@ def test_installed_copy_is_self_contained():
 
     assert package != PYTHON_DIR / "sdm_phase1", "the tests imported the source tree's copy"
     assert Path(p1.library_path) == package / "libsdmp1.so"
+    # The declarations the build made from the header, not the checkout's header.
+    assert Path(_c.CDEF_SOURCE) == package / "_c" / "phase1_cdef.h"
     assert "SDMP1_LIBRARY" not in os.environ
     assert (package / "py.typed").is_file()
     assert metadata.version("sdm_phase1") == p1.binding_version == p1.__version__
