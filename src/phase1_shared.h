@@ -31,5 +31,7 @@
 #include "canon/elements.h"
 #include "canon/output_buffers.h"
 #include "canon/entry_outputs.h"
+#include "canon/backward_buffers.h"
+#include "canon/backward_terms.h"
 
 #endif  // SDM_P1_PHASE1_SHARED_H
