@@ -278,8 +278,8 @@ void test_pointer_refusals() {
             "grads[1] (qk) is not aligned to its element size (4 bytes)");
     const std::vector<int32_t> payload = forward_payload(p);
     CHECK(!payload.empty());
-    refused(sdm_p1_execute_backward(plan, &in, reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(payload.data()) + 1),
-                                    grads.data(), SDM_P1_FIELD_COUNT, &out, nullptr),
+    const auto* odd_payload = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(payload.data()) + 1);
+    refused(sdm_p1_execute_backward(plan, &in, odd_payload, grads.data(), SDM_P1_FIELD_COUNT, &out, nullptr),
             "payload is not aligned");
     sdm_p1_input_grads odd = out;
     odd.k_val = reinterpret_cast<char*>(dk.data()) + 2;
@@ -417,14 +417,16 @@ void test_padding_and_repeat_gates_exactly_zero() {
                 const float dk = r.dk[tok * W + l], dg = r.dg[tok * W + l];
                 bool repeat = false;   // an earlier lane of the token wrote the slot
                 for (int64_t e = 0; e < l; ++e) repeat |= p.k_idx[tok * W + e] == p.k_idx[tok * W + l];
-                if (t >= valid) padding_zero &= std::signbit(dk) == 0 && dk == 0.0f && dg == 0.0f && !std::signbit(dg);
+                if (t >= valid) padding_zero &= dk == 0.0f && !std::signbit(dk) && dg == 0.0f && !std::signbit(dg);
                 if (t < valid && repeat) {
                     some_repeat = true;
                     repeats_zero &= dg == 0.0f && !std::signbit(dg);
                 }
                 if (t < valid && !repeat) valid_nonzero &= dg != 0.0f && dk != 0.0f;
             }
-            for (int64_t l = 0; l < R && t >= valid; ++l) padding_zero &= r.dq[tok * R + l] == 0.0f && !std::signbit(r.dq[tok * R + l]);
+            for (int64_t l = 0; l < R && t >= valid; ++l) {
+                padding_zero &= r.dq[tok * R + l] == 0.0f && !std::signbit(r.dq[tok * R + l]);
+            }
             if (t >= valid) padding_zero &= r.dbeta[tok] == 0.0f && !std::signbit(r.dbeta[tok]);
         }
     }

@@ -586,7 +586,8 @@ SDM_P1_API sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1
  * field (the integers, flags, layouts and repeats) is not differentiable. */
 
 /* The input gradients sdm_p1_execute_backward writes, in the caller's buffers (host memory
- * for a CPU plan). NULL: not computed. Each one given is overwritten whole: padding tokens
+ * for a CPU plan). NULL: not computed. Fill it from SDM_P1_INPUT_GRADS_INITIALIZER (the
+ * struct-size rule; its oldest layout is 1.3's, 40 bytes on 64-bit targets). Each one given is overwritten whole: padding tokens
  * get +0.0, and so do the per-write gates of repeat lanes (a K entry that repeats a slot its
  * token already wrote adds no gate). Dense, row-major, naturally aligned. */
 typedef struct sdm_p1_input_grads {

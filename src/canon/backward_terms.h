@@ -48,8 +48,8 @@ SDM_HD KEntryAdjoints k_entry_adjoints(double rho, double gamma, float v, double
                                        double b, const KEntryUpstream& u) {
     const double vd = static_cast<double>(v);
     KEntryAdjoints r;
-    r.dv = dfma(b, e_log,
-                dfma(static_cast<double>(u.krec_post), e_rex, dfma(static_cast<double>(u.k_eff), e_log, dadd(rho, gamma))));
+    const double keff_term = dfma(static_cast<double>(u.k_eff), e_log, dadd(rho, gamma));
+    r.dv = dfma(b, e_log, dfma(static_cast<double>(u.krec_post), e_rex, keff_term));
     r.gbar = dadd(dfma(dmul(b, vd), e_log,
                        dfma(dmul(static_cast<double>(u.k_eff), vd), e_log, dmul(vd, dadd(rho, -gamma)))),
                   static_cast<double>(u.log_k));

@@ -134,7 +134,8 @@ void Backend::execute(const Options& o, const InputRecord& in, void* workspace, 
         repeats[static_cast<size_t>(w)] += r.repeats;
         return r.error;
     };
-    const FirstFailure<InputError> bad = for_each_chunk<InputError>(pool_, o, static_cast<char*>(workspace), scratch_bytes_, chunk);
+    char* const ws = static_cast<char*>(workspace);
+    const FirstFailure<InputError> bad = for_each_chunk<InputError>(pool_, o, ws, scratch_bytes_, chunk);
     if (bad.chunk != INT64_MAX) report_input_error(o, bad.chunk, bad.failure);
     int64_t total = 0;
     for (const int64_t r : repeats) total += r;
