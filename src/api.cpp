@@ -124,6 +124,15 @@ sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
     });
 }
 
+sdm_p1_status sdm_p1_execute_backward(sdm_p1_plan* plan, const sdm_p1_inputs* inputs, const int32_t* payload,
+                                      const void* const* grads, int32_t count,
+                                      const sdm_p1_input_grads* out, void* stream) {
+    return guarded([&] {
+        require_plan(plan, "sdm_p1_execute_backward");
+        sdm_p1::execute_backward_plan(*plan, inputs, payload, grads, count, out, stream);
+    });
+}
+
 sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan) {
     return guarded([&] {
         require_plan(plan, "sdm_p1_execute_status");

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 
+#include "backward_record.h"
 #include "input_record.h"
 #include "memory.h"
 #include "options.h"
@@ -44,6 +45,11 @@ public:
     // Error: INVALID_ARGUMENT for memory the backend cannot use, INVALID_INPUT for bad data
     // (the CPU, which finds it during the execute).
     virtual void execute(const Options& o, const InputRecord& in, void* workspace, void* stream) = 0;
+
+    // Runs (CPU) one backward of the checked record (docs/backward.md). Throws Error:
+    // INVALID_INPUT for bad data, found before any gradient is written (CPU);
+    // UNSUPPORTED where the backend has no backward yet (CUDA).
+    virtual void execute_backward(const Options& o, const BackwardRecord& b, void* workspace, void* stream) = 0;
 
     // The data check of the last execute (sdm_p1_execute_status), which the caller has
     // synchronized; only after at least one execute. Throws Error (INVALID_INPUT).

@@ -21,12 +21,15 @@ struct InputError {
     float gate_value;
 };
 
-// Throws Error(SDM_P1_ERROR_INVALID_INPUT) naming chunk c's offender and its value.
-[[noreturn]] void report_input_error(const Options& o, int64_t c, const InputError& e);
+// Throws Error(SDM_P1_ERROR_INVALID_INPUT) naming chunk c's offender and its value, in a
+// message of the C function `who`.
+[[noreturn]] void report_input_error(const Options& o, int64_t c, const InputError& e,
+                                     const char* who = "sdm_p1_execute");
 
 // Throws Error(SDM_P1_ERROR_INVALID_INPUT): stream_lengths[stream] = length lies outside
 // 0..steps * C.
-[[noreturn]] void report_length_error(const Options& o, int64_t stream, int64_t length);
+[[noreturn]] void report_length_error(const Options& o, int64_t stream, int64_t length,
+                                      const char* who = "sdm_p1_execute");
 
 // The first stream (in stream order) whose length in `lengths` (host memory, int64 or int32
 // elements) lies outside 0..steps * C, or -1 when every one is in range.

@@ -144,6 +144,16 @@ Options resolve_options(const sdm_p1_desc* desc) {
              "sdm_p1_desc.allocator: set both alloc and free, or neither (the default)");
     }
     o.allocator = a;
+
+    require(d.backward == SDM_P1_UNSET || d.backward == 0 || d.backward == 1, "backward", d.backward,
+            "must be 0, 1 or SDM_P1_UNSET");
+    o.backward = d.backward == 1;
+    const int32_t value_dtype = o.bf16 ? SDM_P1_DTYPE_BFLOAT16 : SDM_P1_DTYPE_FLOAT32;
+    require(d.grad_dtype == 0 || d.grad_dtype == SDM_P1_UNSET || d.grad_dtype == SDM_P1_DTYPE_FLOAT32 ||
+                d.grad_dtype == value_dtype,
+            "grad_dtype", d.grad_dtype,
+            "the gradients of k_val / q_val are SDM_P1_DTYPE_FLOAT32 or the value dtype (0 or SDM_P1_UNSET)");
+    o.grad_bf16 = o.bf16 && d.grad_dtype != SDM_P1_DTYPE_FLOAT32;
     return o;
 }
 
@@ -171,6 +181,8 @@ sdm_p1_desc describe_options(const Options& o) {
     d.num_threads = o.num_threads;
     d.output_mode = o.output_mode;
     d.allocator = o.allocator;
+    d.backward = o.backward ? 1 : 0;
+    d.grad_dtype = o.grad_bf16 ? SDM_P1_DTYPE_BFLOAT16 : SDM_P1_DTYPE_FLOAT32;
     return d;
 }
 

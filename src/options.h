@@ -26,6 +26,8 @@ struct Options {
     int num_threads;         // CPU workers, >= 1
     sdm_p1_output_mode output_mode;
     sdm_p1_allocator allocator;
+    bool backward;           // the plan may run execute_backward
+    bool grad_bf16;          // k_val / q_val gradients in bfloat16 (else float32)
 
     int n() const { return C * (W + R); }   // entries per chunk
     int row() const;                        // n rounded up to kRowAlign

@@ -15,6 +15,8 @@
 //    bfloat16 outputs are that float32 rounded to nearest even bfloat16.
 //  * Each cell of a / qk is a double sum, in the canonical order documented at pair_term_add,
 //    of exact products times exp, each added by one fused multiply-add; rounded once to float.
+//  * The backward's sums (canon/backward_terms.h) are double sums in the order of
+//    docs/backward.md, each gradient rounded once to float32 (then bfloat16 where asked).
 // Host code is compiled with -ffp-contract=off; device code calls the _rn intrinsics, so no
 // compiler may fuse or reorder these operations.
 #ifndef SDM_P1_PHASE1_SHARED_H
@@ -31,5 +33,7 @@
 #include "canon/elements.h"
 #include "canon/output_buffers.h"
 #include "canon/entry_outputs.h"
+#include "canon/backward_buffers.h"
+#include "canon/backward_terms.h"
 
 #endif  // SDM_P1_PHASE1_SHARED_H

@@ -6,7 +6,7 @@
 #include "backend_registry.h"
 #include "checked_size.h"
 #include "errors.h"
-#include "versioned_struct.h"
+#include "input_checks.h"
 
 namespace sdm_p1 {
 
@@ -24,14 +24,6 @@ size_t output_block_bytes(const OutputViews& views) {
         total = checked_add(total, field, "the outputs together (", v.name, " and the fields before it)");
     }
     return total;
-}
-
-void require_input(const void* p, size_t align, const char* name) {
-    if (p == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->", name, " is NULL");
-    if (reinterpret_cast<uintptr_t>(p) % align != 0u) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->", name,
-             " is not aligned to its element size (", align, " bytes)");
-    }
 }
 
 }  // namespace
@@ -66,46 +58,8 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
 void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const* outputs,
                   int32_t count, void* stream) {
     const Options& o = plan.options;
-    if (caller_in == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs is NULL");
-    sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;   // the defaults of fields an older caller lacks
-    read_struct(caller_in, caller_in->struct_size, &in, kInputsLayout);
-    const size_t idx = o.idx64 ? 8 : 4, val = o.bf16 ? 2 : 4;
-    require_input(in.k_idx, idx, "k_idx");
-    require_input(in.q_idx, idx, "q_idx");
-    require_input(in.k_val, val, "k_val");
-    require_input(in.q_val, val, "q_val");
-    require_input(in.g, 4, "g");
-    if (o.has(SDM_P1_DET_KSPA)) {
-        if (in.beta == nullptr) {
-            fail(SDM_P1_ERROR_INVALID_ARGUMENT,
-                 "sdm_p1_execute: det_fields asks for kspa (SDM_P1_DET_KSPA), which needs beta, but "
-                 "inputs->beta is NULL");
-        }
-        require_input(in.beta, 4, "beta");
-    }
-    if (in.reserved != 0) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->reserved = ", in.reserved,
-             " must be 0");
-    }
-    if (in.stream_lengths != nullptr) {
-        const int32_t dt = in.stream_lengths_dtype;
-        if (dt != SDM_P1_DTYPE_INT32 && dt != SDM_P1_DTYPE_INT64) {
-            fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: inputs->stream_lengths_dtype = ", dt,
-                 " must be SDM_P1_DTYPE_INT32 (", SDM_P1_DTYPE_INT32, ") or SDM_P1_DTYPE_INT64 (",
-                 SDM_P1_DTYPE_INT64, ") when inputs->stream_lengths is set");
-        }
-        require_input(in.stream_lengths, dt == SDM_P1_DTYPE_INT64 ? 8 : 4, "stream_lengths");
-    }
-
-    InputRecord record{};
-    record.k_idx = in.k_idx;
-    record.q_idx = in.q_idx;
-    record.k_val = in.k_val;
-    record.q_val = in.q_val;
-    record.g = in.g;
-    record.beta = o.has(SDM_P1_DET_KSPA) ? in.beta : nullptr;
-    record.stream_lengths = in.stream_lengths;
-    record.lengths64 = in.stream_lengths_dtype == SDM_P1_DTYPE_INT64;
+    const InputNeeds needs{true, o.has(SDM_P1_DET_KSPA) ? "det_fields asks for kspa (SDM_P1_DET_KSPA)" : nullptr};
+    InputRecord record = checked_inputs("sdm_p1_execute", o, caller_in, needs);
 
     // The output buffers, by field.
     if (count < 0 || count > SDM_P1_FIELD_COUNT || (outputs == nullptr && count != 0)) {

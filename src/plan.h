@@ -35,6 +35,11 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc);
 void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* inputs, void* const* outputs,
                   int32_t count, void* stream);
 
+// Validates the backward's arguments, then runs the plan's backend's backward; throws Error.
+void execute_backward_plan(sdm_p1_plan& plan, const sdm_p1_inputs* inputs, const int32_t* payload,
+                           const void* const* grads, int32_t count, const sdm_p1_input_grads* out,
+                           void* stream);
+
 // The data check of the plan's last execute (sdm_p1_execute_status); throws Error.
 void check_execute_status(sdm_p1_plan& plan);
 

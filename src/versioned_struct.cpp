@@ -13,15 +13,20 @@ namespace sdm_p1 {
 // The 1.0 layouts (1.1 has the same) end with the allocator and with beta.
 const StructLayout kDescLayout = {"sdm_p1_plan_create", "desc", "SDM_P1_DESC_INITIALIZER",
                                   offsetof(sdm_p1_desc, allocator) + sizeof(sdm_p1_allocator),
-                                  sizeof(sdm_p1_desc)};
+                                  sizeof(sdm_p1_desc), "1.0"};
 const StructLayout kInputsLayout = {"sdm_p1_execute", "inputs", "SDM_P1_INPUTS_INITIALIZER",
                                     offsetof(sdm_p1_inputs, beta) + sizeof(const float*),
-                                    sizeof(sdm_p1_inputs)};
+                                    sizeof(sdm_p1_inputs), "1.0"};
+// New in 1.3: its 1.3 layout is the oldest.
+const StructLayout kInputGradsLayout = {"sdm_p1_execute_backward", "out", "SDM_P1_INPUT_GRADS_INITIALIZER",
+                                        offsetof(sdm_p1_input_grads, beta) + sizeof(float*),
+                                        sizeof(sdm_p1_input_grads), "1.3"};
 
 void read_struct(const void* given, size_t size, void* known, const StructLayout& s) {
     if (size < s.oldest_bytes) {
         fail(SDM_P1_ERROR_INVALID_ARGUMENT, s.function, ": ", s.argument, "->struct_size = ", size,
-             " is below the ", s.oldest_bytes, " bytes of the oldest layout (1.0); fill the struct from ",
+             " is below the ", s.oldest_bytes, " bytes of the oldest layout (",
+             s.oldest_version, "); fill the struct from ",
              s.initializer);
     }
     const auto* bytes = static_cast<const unsigned char*>(given);
@@ -45,7 +50,7 @@ void init_struct(const char* who, void* out, size_t size, const void* defaults, 
     if (out == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": ", s.argument, " is NULL");
     if (size < s.oldest_bytes || size > UINT32_MAX) {
         fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": struct_size = ", size, " must be the caller's sizeof, from the ",
-             s.oldest_bytes, " bytes of the oldest layout (1.0) to UINT32_MAX");
+             s.oldest_bytes, " bytes of the oldest layout (", s.oldest_version, ") to UINT32_MAX");
     }
     auto* bytes = static_cast<unsigned char*>(out);
     const size_t known = std::min(size, s.known_bytes);

@@ -1,6 +1,6 @@
-// The structs of the C API that grow at their end (sdm_p1_desc, sdm_p1_inputs), read and
-// written by the struct-size rule of phase1.h: a caller's struct of an older header (shorter)
-// or a newer one (longer) becomes the library's own.
+// The structs of the C API that grow at their end (sdm_p1_desc, sdm_p1_inputs,
+// sdm_p1_input_grads), read and written by the struct-size rule of phase1.h: a caller's
+// struct of an older header (shorter) or a newer one (longer) becomes the library's own.
 #ifndef SDM_P1_VERSIONED_STRUCT_H
 #define SDM_P1_VERSIONED_STRUCT_H
 
@@ -13,14 +13,17 @@ struct StructLayout {
     const char* function;     // "sdm_p1_execute"
     const char* argument;     // "inputs"
     const char* initializer;  // "SDM_P1_INPUTS_INITIALIZER"
-    size_t oldest_bytes;      // the 1.0 layout: the least struct_size accepted
+    size_t oldest_bytes;      // the oldest layout: the least struct_size accepted
     size_t known_bytes;       // sizeof the library's struct
+    const char* oldest_version;   // the release of the oldest layout ("1.0")
 };
 
-// sdm_p1_desc (read by sdm_p1_plan_create, written by sdm_p1_plan_desc) and sdm_p1_inputs
-// (read by sdm_p1_execute).
+// sdm_p1_desc (read by sdm_p1_plan_create, written by sdm_p1_plan_desc), sdm_p1_inputs
+// (read by sdm_p1_execute and sdm_p1_execute_backward) and sdm_p1_input_grads (read by
+// sdm_p1_execute_backward).
 extern const StructLayout kDescLayout;
 extern const StructLayout kInputsLayout;
+extern const StructLayout kInputGradsLayout;
 
 // Copies the caller's struct of `size` bytes (its struct_size) at `given` into `known`, which
 // holds the library's defaults: the first min(size, known_bytes) bytes come from the caller

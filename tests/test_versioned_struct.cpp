@@ -61,8 +61,13 @@ bool contains(const std::string& s, const char* needle) { return s.find(needle) 
 
 void test_oldest_layouts() {
     // 1.0 and 1.1 share their layouts; 1.2 appends stream_lengths (and its dtype, and the
-    // named padding) to sdm_p1_inputs, whole 8-byte words past the 1.1 layout.
-    CHECK(sdm_p1::kDescLayout.oldest_bytes == sizeof(sdm_p1_desc));
+    // named padding) to sdm_p1_inputs, whole 8-byte words past the 1.1 layout; 1.3 appends
+    // backward and grad_dtype to sdm_p1_desc, one 8-byte unit, and adds sdm_p1_input_grads.
+    CHECK(sdm_p1::kDescLayout.oldest_bytes == offsetof(sdm_p1_desc, backward));
+    CHECK(sizeof(sdm_p1_desc) == offsetof(sdm_p1_desc, backward) + 8);
+    CHECK(offsetof(sdm_p1_desc, grad_dtype) == offsetof(sdm_p1_desc, backward) + 4);
+    CHECK(sdm_p1::kInputGradsLayout.oldest_bytes == sizeof(sdm_p1_input_grads));
+    CHECK(sdm_p1::kInputGradsLayout.known_bytes == sizeof(sdm_p1_input_grads));
     CHECK(sdm_p1::kInputsLayout.oldest_bytes == sizeof(Inputs11));
     CHECK(offsetof(sdm_p1_inputs, stream_lengths) == sizeof(Inputs11));
     CHECK(sizeof(sdm_p1_inputs) == sizeof(Inputs11) + sizeof(void*) + 8);

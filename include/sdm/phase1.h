@@ -247,6 +247,14 @@ typedef struct sdm_p1_desc {
     int32_t output_mode;
     /* Memory for outputs and workspace; all members NULL: the default. */
     sdm_p1_allocator allocator;
+    /* Since 1.3 (one 8-byte unit past the 1.0 layout; see "Since 1.3" below). */
+    /* 1: the plan may also run sdm_p1_execute_backward (its workspace is sized for both);
+     * 0 or SDM_P1_UNSET: it refuses to. Any other value is refused. */
+    int32_t backward;
+    /* Element type of the k_val / q_val gradients of sdm_p1_execute_backward: 0 or
+     * SDM_P1_UNSET: the value dtype; SDM_P1_DTYPE_FLOAT32, or the value dtype itself.
+     * sdm_p1_plan_desc reports the dtype chosen. Ignored without backward. */
+    int32_t grad_dtype;
 } sdm_p1_desc;
 
 #define SDM_P1_DESC_INITIALIZER                                                              \
@@ -254,9 +262,7 @@ typedef struct sdm_p1_desc {
         sizeof(sdm_p1_desc), SDM_P1_DESC_MAGIC, SDM_P1_VERSION_NUMBER, 0, 0, 0, 0, 1, 0, 0,  \
             SDM_P1_UNSET, SDM_P1_DTYPE_INT32, SDM_P1_DTYPE_FLOAT32, 1, SDM_P1_UNSET,         \
             SDM_P1_UNSET, 0, SDM_P1_BACKEND_AUTO, SDM_P1_UNSET, 0, SDM_P1_OUTPUTS_PLAN,      \
-        {                                                                                    \
-            NULL, NULL, NULL                                                                 \
-        }                                                                                    \
+            {NULL, NULL, NULL}, 0, 0                                                         \
     }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -556,6 +562,90 @@ SDM_P1_API sdm_p1_status sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct
  * result shapes). */
 SDM_P1_API sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* views,
                                                  int32_t count);
+
+/* The backward (vector-Jacobian product) of Phase 1: docs/backward.md has the formulas, the
+ * fixed summing order and the float64 reference it is tested against.
+ *
+ * sdm_p1_desc grows by `backward` and `grad_dtype` (168 bytes on 64-bit targets); a 1.0 to
+ * 1.2 caller's 160-byte struct reads them as 0: a forward-only plan.
+ *
+ * Differentiable outputs, with their upstream gradients (grads[f] below) and what they
+ * depend on:
+ *   A           [N, C, C] float32; cells j >= i never read           k_val, g
+ *   QK          [N, C, C] float32; cells j > i never read            q_val, k_val, g
+ *   LOG_K, REX  [N, C, W] float32; LOG_Q [N, C, R] float32           g
+ *   CPE         [N, C, W] value dtype                                g
+ *   K_EFF       [N, C, W] value dtype; Q_W [N, C, R] value dtype     k_val / q_val, g
+ *   KREC        [N, C * W, 2] float32 by K-row index: the gradients of krec's words 2
+ *               (k_val * exp(rex)) and 3 (cpe)                       k_val, g
+ *   KSPA        [N, C * W] float32 by K-row index                    beta, k_val, g
+ *   QREC, QREC8 [N, C * R] float32 by Q-row index: the gradient of the scale (q_w); both
+ *               may be given, they add                               q_val, g
+ * A record's gradient may be given whether or not the plan computes that record. kspa is the
+ * only output beta enters: without a KSPA gradient the beta gradient is +0.0. Every other
+ * field (the integers, flags, layouts and repeats) is not differentiable. */
+
+/* The input gradients sdm_p1_execute_backward writes, in the caller's buffers (host memory
+ * for a CPU plan). NULL: not computed. Fill it from SDM_P1_INPUT_GRADS_INITIALIZER (the
+ * struct-size rule; its oldest layout is 1.3's, 40 bytes on 64-bit targets). Each one given is overwritten whole: padding tokens
+ * get +0.0, and so do the per-write gates of repeat lanes (a K entry that repeats a slot its
+ * token already wrote adds no gate). Dense, row-major, naturally aligned. */
+typedef struct sdm_p1_input_grads {
+    uint32_t struct_size; /* sizeof(sdm_p1_input_grads) of the caller's header */
+    uint32_t reserved;    /* must be 0 */
+    /* [N, C, W] dL/dk_val and [N, C, R] dL/dq_val, of the plan's grad_dtype (bfloat16 ones
+     * are the float32 results rounded to nearest even). */
+    void* k_val;
+    void* q_val;
+    /* [N, C, gate_width] float32 dL/dg. */
+    float* g;
+    /* [N, C] float32 dL/dbeta. */
+    float* beta;
+} sdm_p1_input_grads;
+
+#define SDM_P1_INPUT_GRADS_INITIALIZER { sizeof(sdm_p1_input_grads), 0, NULL, NULL, NULL, NULL }
+
+/* Computes the gradients of L = sum over the given fields f of <grads[f], output f> with
+ * respect to k_val, q_val, g and beta, for the outputs a forward of this plan computes from
+ * `inputs`. The plan must have been created with desc.backward = 1.
+ * inputs:  the forward's: k_val, q_val, g and stream_lengths as at sdm_p1_execute; beta when
+ *          a KSPA gradient is given (else not read); k_idx and q_idx when payload is NULL
+ *          (else not read, and they may be NULL). Ids, gates and stream lengths are checked
+ *          as at sdm_p1_execute, with the same messages under this function's name.
+ * payload: the forward's PAYLOAD output for these inputs ([N, row] int32: the sort), or NULL:
+ *          the backward sorts again from the ids. It is checked: each chunk's first
+ *          C * (W + R) words must name each of the chunk's entries once, with the padding
+ *          bit set exactly on the entries of padding tokens, the padding last and the group
+ *          head bit on the first word when the chunk has valid tokens (else
+ *          SDM_P1_ERROR_INVALID_INPUT naming the chunk and position). Beyond that it is
+ *          trusted: another payload that passes gives unspecified gradients, never an access
+ *          out of bounds. Bits 18-30 and the words past C * (W + R) are not read.
+ * grads:   `count` pointers indexed by sdm_p1_field (count in 0..SDM_P1_FIELD_COUNT; fields
+ *          at or past count are NULL; grads may be NULL with count 0): the upstream gradient
+ *          of each differentiable output, or NULL, read as +0.0 everywhere. Cells of A at
+ *          j >= i and of QK at j > i, the rows and columns of padding tokens, and padding
+ *          entries and rows of the other fields are never read (they may hold NaN). A
+ *          non-NULL pointer for a non-differentiable field is refused
+ *          (SDM_P1_ERROR_INVALID_ARGUMENT, "grads[10] (payload): the output is not
+ *          differentiable"), as is a KSPA gradient without inputs->beta.
+ * out:     the gradients to compute (sdm_p1_input_grads).
+ * stream:  unused by the CPU backend, which runs the chunks on the calling thread and the
+ *          plan's workers, and returns when the gradients are complete.
+ * What is differentiated is the exact function: the roundings of the outputs to float32 or
+ * bfloat16, of gates to fixed point and the clamp of exp at 700 are taken as the identity.
+ * Each gradient is a double sum in one fixed order (docs/backward.md), rounded once: the
+ * bits never depend on the number of threads, and are the same on every backend that
+ * computes them. Only first derivatives: the backward is not itself differentiable.
+ * Errors: SDM_P1_ERROR_INVALID_ARGUMENT for NULL or misaligned pointers, a bad count, a
+ * non-differentiable gradient, a plan without backward; SDM_P1_ERROR_INVALID_INPUT for bad
+ * data (the first bad stream length, else the first bad chunk in chunk order: its payload,
+ * ids or gates). Nothing is written on any error.
+ * CUDA backend: not yet implemented; a CUDA plan (created with backward = 1 or not) returns
+ * SDM_P1_ERROR_UNSUPPORTED here, and its forward works as before. */
+SDM_P1_API sdm_p1_status sdm_p1_execute_backward(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
+                                                 const int32_t* payload, const void* const* grads,
+                                                 int32_t count, const sdm_p1_input_grads* out,
+                                                 void* stream);
 
 #ifdef __cplusplus
 }

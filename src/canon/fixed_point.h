@@ -28,6 +28,7 @@ SDM_HD Fix fix_neg(Fix a) {
 SDM_HD Fix fix_sub(Fix a, Fix b) { return fix_add(a, fix_neg(b)); }
 SDM_HD bool fix_is_negative(Fix a) { return (a.hi >> 63) != 0u; }
 SDM_HD bool fix_is_zero(Fix a) { return (a.lo | a.hi) == 0u; }
+SDM_HD bool fix_equal(Fix a, Fix b) { return a.lo == b.lo && a.hi == b.hi; }
 
 // Index of the highest set bit of a non-zero 64-bit word.
 SDM_HD int msb64(uint64_t v) {

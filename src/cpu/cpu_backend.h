@@ -15,7 +15,8 @@ public:
     // A pool of num_threads - 1 workers beside the calling thread.
     explicit Backend(int num_threads) : pool_(num_threads - 1) {}
 
-    // The workspace: one chunk's scratch per thread.
+    // The workspace: one chunk's scratch per thread (the forward's, or the backward's, which
+    // holds it, for a plan with backward).
     void prepare(const Options& o, size_t output_bytes) override;
     size_t workspace_bytes() const override { return workspace_bytes_; }
     size_t alignment() const override { return 16; }
@@ -30,10 +31,17 @@ public:
     // the number of threads. `stream` is unused.
     void execute(const Options& o, const InputRecord& in, void* workspace, void* stream) override;
 
+    // The backward of every chunk on the calling thread and the pool: a first pass checks
+    // every chunk's data (lengths, payload, ids, gates), throwing Error (INVALID_INPUT) for
+    // the first bad one in chunk order before any gradient is written; a second computes the
+    // gradients. The bits never depend on the number of threads. `stream` is unused.
+    void execute_backward(const Options& o, const BackwardRecord& b, void* workspace, void* stream) override;
+
     // The CPU reports bad data in execute: nothing is left to check.
     void check_status(const Options&, void*) const override {}
 
 private:
+    size_t scratch_bytes_ = 0;    // per thread: a chunk's scratch (the backward's with backward)
     size_t workspace_bytes_ = 0;
     WorkerPool pool_;
 };

@@ -289,6 +289,10 @@ void Backend::execute(const Options&, const InputRecord& in, void* workspace, vo
     check(static_cast<cudaError_t>(launch(config_, a, stream)), "launching the Phase 1 kernel");
 }
 
+void Backend::execute_backward(const Options&, const BackwardRecord&, void*, void*) {
+    fail(SDM_P1_ERROR_UNSUPPORTED, "sdm_p1_execute_backward: not yet on CUDA (a CPU plan computes the backward)");
+}
+
 void Backend::check_status(const Options& o, void* workspace) const {
     char* ws = static_cast<char*>(workspace);
     DeviceStatus status{};

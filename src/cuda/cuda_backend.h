@@ -87,6 +87,9 @@ public:
     // device, then enqueues the kernels on `stream` with the device current.
     void execute(const Options& o, const InputRecord& in, void* workspace, void* stream) override;
 
+    // Not yet on CUDA: throws UNSUPPORTED.
+    void execute_backward(const Options& o, const BackwardRecord& b, void* workspace, void* stream) override;
+
     // Reads the data check of the last execute: returns normally when the data were good,
     // else throws INVALID_INPUT with the CPU backend's message.
     void check_status(const Options& o, void* workspace) const override;
