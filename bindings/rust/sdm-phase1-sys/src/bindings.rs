@@ -237,12 +237,19 @@ pub struct sdm_p1_desc {
     pub output_mode: i32,
     #[doc = " Memory for outputs and workspace; all members NULL: the default."]
     pub allocator: sdm_p1_allocator,
+    #[doc = " Since 1.3 (one 8-byte unit past the 1.0 layout; see \"Since 1.3\" below). */"]
+    #[doc = " 0 or SDM_P1_UNSET: it refuses to. Any other value is refused."]
+    pub backward: i32,
+    #[doc = " Element type of the k_val / q_val gradients of sdm_p1_execute_backward: 0 or"]
+    #[doc = " SDM_P1_UNSET: the value dtype; SDM_P1_DTYPE_FLOAT32, or the value dtype itself."]
+    #[doc = " sdm_p1_plan_desc reports the dtype chosen. Ignored without backward."]
+    pub grad_dtype: i32,
 }
 #[test]
 fn bindgen_test_layout_sdm_p1_desc() {
     assert_eq!(
         ::std::mem::size_of::<sdm_p1_desc>(),
-        160usize,
+        168usize,
         concat!("Size of: ", stringify!(sdm_p1_desc))
     );
     assert_eq!(
@@ -624,6 +631,40 @@ fn bindgen_test_layout_sdm_p1_desc() {
         );
     }
     test_field_allocator();
+    fn test_field_backward() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_desc>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).backward) as usize - ptr as usize
+            },
+            160usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_desc),
+                "::",
+                stringify!(backward)
+            )
+        );
+    }
+    test_field_backward();
+    fn test_field_grad_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_desc>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).grad_dtype) as usize - ptr as usize
+            },
+            164usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_desc),
+                "::",
+                stringify!(grad_dtype)
+            )
+        );
+    }
+    test_field_grad_dtype();
 }
 #[doc = " [N, C, C] float32: a[i, j] = sum over the slots both write of"]
 #[doc = " k_i * k_j * exp(log_k_i - log_k_j), for j < i; 0 elsewhere."]
@@ -1239,5 +1280,189 @@ extern "C" {
         desc: *const sdm_p1_desc,
         views: *mut sdm_p1_tensor,
         count: i32,
+    ) -> sdm_p1_status;
+}
+#[doc = " The input gradients sdm_p1_execute_backward writes, in the caller's buffers (host memory"]
+#[doc = " for a CPU plan). NULL: not computed. Fill it from SDM_P1_INPUT_GRADS_INITIALIZER (the"]
+#[doc = " struct-size rule; its oldest layout is 1.3's, 40 bytes on 64-bit targets). Each one given is overwritten whole: padding tokens"]
+#[doc = " get +0.0, and so do the per-write gates of repeat lanes (a K entry that repeats a slot its"]
+#[doc = " token already wrote adds no gate). Dense, row-major, naturally aligned."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct sdm_p1_input_grads {
+    #[doc = " sizeof(sdm_p1_input_grads) of the caller's header"]
+    pub struct_size: u32,
+    #[doc = " must be 0"]
+    pub reserved: u32,
+    #[doc = " [N, C, W] dL/dk_val and [N, C, R] dL/dq_val, of the plan's grad_dtype (bfloat16 ones"]
+    #[doc = " are the float32 results rounded to nearest even)."]
+    pub k_val: *mut ::std::os::raw::c_void,
+    pub q_val: *mut ::std::os::raw::c_void,
+    #[doc = " [N, C, gate_width] float32 dL/dg."]
+    pub g: *mut f32,
+    #[doc = " [N, C] float32 dL/dbeta."]
+    pub beta: *mut f32,
+}
+#[test]
+fn bindgen_test_layout_sdm_p1_input_grads() {
+    assert_eq!(
+        ::std::mem::size_of::<sdm_p1_input_grads>(),
+        40usize,
+        concat!("Size of: ", stringify!(sdm_p1_input_grads))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<sdm_p1_input_grads>(),
+        8usize,
+        concat!("Alignment of ", stringify!(sdm_p1_input_grads))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_input_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_input_grads),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_reserved() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_input_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_input_grads),
+                "::",
+                stringify!(reserved)
+            )
+        );
+    }
+    test_field_reserved();
+    fn test_field_k_val() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_input_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).k_val) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_input_grads),
+                "::",
+                stringify!(k_val)
+            )
+        );
+    }
+    test_field_k_val();
+    fn test_field_q_val() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_input_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).q_val) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_input_grads),
+                "::",
+                stringify!(q_val)
+            )
+        );
+    }
+    test_field_q_val();
+    fn test_field_g() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_input_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).g) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_input_grads),
+                "::",
+                stringify!(g)
+            )
+        );
+    }
+    test_field_g();
+    fn test_field_beta() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<sdm_p1_input_grads>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).beta) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(sdm_p1_input_grads),
+                "::",
+                stringify!(beta)
+            )
+        );
+    }
+    test_field_beta();
+}
+extern "C" {
+    #[doc = " Computes the gradients of L = sum over the given fields f of <grads[f], output f> with"]
+    #[doc = " respect to k_val, q_val, g and beta, for the outputs a forward of this plan computes from"]
+    #[doc = " `inputs`. The plan must have been created with desc.backward = 1."]
+    #[doc = " inputs:  the forward's: k_val, q_val, g and stream_lengths as at sdm_p1_execute; beta when"]
+    #[doc = "          a KSPA gradient is given (else not read); k_idx and q_idx when payload is NULL"]
+    #[doc = "          (else not read, and they may be NULL). Ids, gates and stream lengths are checked"]
+    #[doc = "          as at sdm_p1_execute, with the same messages under this function's name."]
+    #[doc = " payload: the forward's PAYLOAD output for these inputs ([N, row] int32: the sort), or NULL:"]
+    #[doc = "          the backward sorts again from the ids. It is checked: each chunk's first"]
+    #[doc = "          C * (W + R) words must name each of the chunk's entries once, with the padding"]
+    #[doc = "          bit set exactly on the entries of padding tokens, the padding last and the group"]
+    #[doc = "          head bit on the first word when the chunk has valid tokens (else"]
+    #[doc = "          SDM_P1_ERROR_INVALID_INPUT naming the chunk and position). Beyond that it is"]
+    #[doc = "          trusted: another payload that passes gives unspecified gradients, never an access"]
+    #[doc = "          out of bounds. Bits 18-30 and the words past C * (W + R) are not read."]
+    #[doc = " grads:   `count` pointers indexed by sdm_p1_field (count in 0..SDM_P1_FIELD_COUNT; fields"]
+    #[doc = "          at or past count are NULL; grads may be NULL with count 0): the upstream gradient"]
+    #[doc = "          of each differentiable output, or NULL, read as +0.0 everywhere. Cells of A at"]
+    #[doc = "          j >= i and of QK at j > i, the rows and columns of padding tokens, and padding"]
+    #[doc = "          entries and rows of the other fields are never read (they may hold NaN). A"]
+    #[doc = "          non-NULL pointer for a non-differentiable field is refused"]
+    #[doc = "          (SDM_P1_ERROR_INVALID_ARGUMENT, \"grads[10] (payload): the output is not"]
+    #[doc = "          differentiable\"), as is a KSPA gradient without inputs->beta."]
+    #[doc = " out:     the gradients to compute (sdm_p1_input_grads)."]
+    #[doc = " stream:  unused by the CPU backend, which runs the chunks on the calling thread and the"]
+    #[doc = "          plan's workers, and returns when the gradients are complete."]
+    #[doc = " What is differentiated is the exact function: the roundings of the outputs to float32 or"]
+    #[doc = " bfloat16, of gates to fixed point and the clamp of exp at 700 are taken as the identity."]
+    #[doc = " Each gradient is a double sum in one fixed order (docs/backward.md), rounded once: the"]
+    #[doc = " bits never depend on the number of threads, and are the same on every backend that"]
+    #[doc = " computes them. Only first derivatives: the backward is not itself differentiable."]
+    #[doc = " Errors: SDM_P1_ERROR_INVALID_ARGUMENT for NULL or misaligned pointers, a bad count, a"]
+    #[doc = " non-differentiable gradient, a plan without backward; SDM_P1_ERROR_INVALID_INPUT for bad"]
+    #[doc = " data (the first bad stream length, else the first bad chunk in chunk order: its payload,"]
+    #[doc = " ids or gates). Nothing is written on any error."]
+    #[doc = " CUDA backend: not yet implemented; a CUDA plan (created with backward = 1 or not) returns"]
+    #[doc = " SDM_P1_ERROR_UNSUPPORTED here, and its forward works as before."]
+    pub fn sdm_p1_execute_backward(
+        plan: *mut sdm_p1_plan,
+        inputs: *const sdm_p1_inputs,
+        payload: *const i32,
+        grads: *const *const ::std::os::raw::c_void,
+        count: i32,
+        out: *const sdm_p1_input_grads,
+        stream: *mut ::std::os::raw::c_void,
     ) -> sdm_p1_status;
 }

@@ -34,6 +34,8 @@ fn fields() -> Vec<(&'static str, i64)> {
         num_threads,
         output_mode,
         allocator: sys::sdm_p1_allocator { ctx, alloc, free },
+        backward,
+        grad_dtype,
     } = sys::desc_initializer();
     let desc = [
         ("d.struct_size", i64::from(struct_size)),
@@ -60,6 +62,8 @@ fn fields() -> Vec<(&'static str, i64)> {
         ("d.allocator.ctx != NULL", i64::from(!ctx.is_null())),
         ("d.allocator.alloc != NULL", i64::from(alloc.is_some())),
         ("d.allocator.free != NULL", i64::from(free.is_some())),
+        ("d.backward", i64::from(backward)),
+        ("d.grad_dtype", i64::from(grad_dtype)),
     ];
     let sys::sdm_p1_inputs {
         struct_size,
