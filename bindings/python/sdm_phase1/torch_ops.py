@@ -78,19 +78,12 @@ def _phase1_fake(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offse
     ]
 
 
-_TEMPLATES: dict = {}
-
-
-def _fields_of(N, C, W, R, det, need_read_groups, rec_tile) -> tuple:
-    # The computed field ids, from the options alone (cached in eager calls).
-    if torch.compiler.is_compiling():
-        return tuple(f for f, _, _ in output_layout(N, C, W, R, det, need_read_groups, rec_tile))
-    key = (N, C, W, R, det, need_read_groups, rec_tile)
-    fields = _TEMPLATES.get(key)
-    if fields is None:
-        fields = _TEMPLATES[key] = tuple(
-            f for f, _, _ in output_layout(N, C, W, R, det, need_read_groups, rec_tile))
-    return fields
+@torch.compiler.assume_constant_result
+def _fields_of(det: int, need_read_groups: bool) -> tuple:
+    """The computed field ids: they depend on the options alone (the library's views of a
+    one-token plan, cached). A constant to torch.compile, which runs it while tracing rather
+    than tracing into the library call."""
+    return tuple(f for f, _, _ in output_layout(1, 1, 1, 1, det, need_read_groups, 0))
 
 
 def phase1_forward(
@@ -141,8 +134,8 @@ def phase1_forward(
         _torch_impl.check_repeats(repeats, k_idx.device)
     got = phase1_op(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
                     valid_last, need_read_groups, tile, det, check, stream_lengths)
-    N, C, W = k_idx.shape
-    fields = _fields_of(N, C, W, q_idx.shape[2], det, need_read_groups, tile)
+    C, W = k_idx.shape[1], k_idx.shape[2]
+    fields = _fields_of(det, need_read_groups)
     if repeats is not None:
         repeats.add_(got[fields.index(REPEATS)])
     return _torch_impl.phase1_from_outputs(got, fields, C, W, k_idx.device,

@@ -4,8 +4,8 @@ The library's gradients are held to backward_reference.vjp_f64 (docs/backward.md
 within 4 float32 ulps of the reference plus 2^-40 times the sum of the magnitudes of the
 element's terms (vjp_f64(..., magnitudes=True)); bfloat16 gradients within one bfloat16 ulp of
 the float32-rounded reference (plus the same magnitude term). The forward runs through
-sdm_phase1 for its payload (the backward's sort); the backward is called through a local cffi
-declaration of the 1.3 functions, since the package's own declarations do not carry them yet.
+sdm_phase1 for its payload (the backward's sort); the backward is called through the package's
+cffi declarations (sdm_phase1._c), made from the header.
 
 Upstream cells the backward never reads (a at j >= i, qk at j > i, padding rows, columns,
 entries and record rows) hold NaN, as do padding tokens' inputs (make_case): a read of any
@@ -23,49 +23,13 @@ from error_report import merge_error_report
 from test_backward_reference import CASES, make_case
 
 p1 = pytest.importorskip("sdm_phase1")
-cffi = pytest.importorskip("cffi")
 
-# The 1.3 declarations this test needs (include/sdm/phase1.h, "Since 1.3").
-CDEF = r"""
-typedef struct sdm_p1_allocator {
-    void* ctx;
-    int (*alloc)(void* ctx, void** ptr, size_t bytes, void* stream);
-    void (*free)(void* ctx, void* ptr, size_t bytes, void* stream);
-} sdm_p1_allocator;
-typedef struct sdm_p1_desc {
-    uint32_t struct_size; uint32_t magic; uint32_t version;
-    int64_t N; int64_t C; int64_t W; int64_t R;
-    int64_t num_parallel; int64_t stream_offset; int64_t num_keys; int64_t valid_last;
-    int32_t index_dtype; int32_t value_dtype; int64_t gate_width; int32_t need_read_groups;
-    int64_t det_fields; int64_t rec_tile; int32_t backend; int32_t device; int32_t num_threads;
-    int32_t output_mode; sdm_p1_allocator allocator;
-    int32_t backward; int32_t grad_dtype;
-} sdm_p1_desc;
-typedef struct sdm_p1_inputs {
-    uint32_t struct_size;
-    const void* k_idx; const void* q_idx; const void* k_val; const void* q_val;
-    const float* g; const float* beta; const void* stream_lengths;
-    int32_t stream_lengths_dtype; int32_t reserved;
-} sdm_p1_inputs;
-typedef struct sdm_p1_input_grads {
-    uint32_t struct_size; uint32_t reserved;
-    void* k_val; void* q_val; float* g; float* beta;
-} sdm_p1_input_grads;
-typedef struct sdm_p1_plan sdm_p1_plan;
-int sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
-int sdm_p1_plan_destroy(sdm_p1_plan* plan);
-int sdm_p1_desc_init(sdm_p1_desc* desc, size_t struct_size);
-int sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct_size);
-int sdm_p1_execute_backward(sdm_p1_plan* plan, const sdm_p1_inputs* inputs, const int32_t* payload,
-                            const void* const* grads, int32_t count, const sdm_p1_input_grads* out,
-                            void* stream);
-const char* sdm_p1_last_error(void);
-"""
-ffi = cffi.FFI()
-ffi.cdef(CDEF)
-lib = ffi.dlopen(p1.library_path)
+# The package's declarations, made from the header (sdm_phase1._c), carry the 1.3 functions.
+from sdm_phase1._c import ffi, lib  # noqa: E402
 
-INT64, FLOAT32, BFLOAT16, BACKEND_CPU, FIELD_COUNT, INVALID_INPUT = 3, 4, 5, 1, 29, 3
+INT64, FLOAT32, BFLOAT16 = lib.SDM_P1_DTYPE_INT64, lib.SDM_P1_DTYPE_FLOAT32, lib.SDM_P1_DTYPE_BFLOAT16
+BACKEND_CPU, FIELD_COUNT = lib.SDM_P1_BACKEND_CPU, lib.SDM_P1_FIELD_COUNT
+INVALID_INPUT = lib.SDM_P1_ERROR_INVALID_INPUT
 FIELD_ID = {"a": 0, "qk": 1, "log_k": 2, "log_q": 3, "rex": 4, "cpe": 5, "k_eff": 8, "q_w": 9,
             "krec": 18, "kspa": 19, "qrec": 20, "qrec8": 27}
 VALUE_TYPED = ("cpe", "k_eff", "q_w")
@@ -302,6 +266,7 @@ def test_bad_payload_refused_and_nothing_written():
     case = get_case("hot-repeats-gw-pad")
     payload = forward_payload(case)
     payload[1, 3] = payload[1, 2]
-    with pytest.raises(BackwardError, match=r"payload\[1, 3\] = .* names an entry an earlier word named") as e:
+    named_twice = r"payload\[1, 3\] = .* names an entry an earlier word named"
+    with pytest.raises(BackwardError, match=named_twice) as e:
         backward_c(case, upstream(case, np.random.default_rng(1)), payload=payload, use_ids=False)
     assert e.value.status == INVALID_INPUT

@@ -149,6 +149,25 @@ def test_operator_opcheck_on_cpu():
     torch.library.opcheck(torch.ops.sdm_phase1.phase1_forward.default, args)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_operator_under_torch_compile_fullgraph_on_cpu(dynamic):
+    """torch.compile traces the operator's wrapper whole (fullgraph; dynamo and AOT autograd
+    with the eager backend, which needs no C++ compiler), static and with a dynamic N, and the
+    compiled call gives the NumPy path's bits."""
+    from sdm_phase1 import torch_ops
+
+    torch._dynamo.reset()
+    inputs, opts = _case(31, N=4, C=16, W=4, R=4, P=2, num_keys=32, valid_last=11, vals="bf16")
+    want = cpu_result(inputs, opts)
+    t = torch_inputs(inputs, "cpu")
+
+    def f(k_idx, q_idx, k_val, q_val, g, beta):
+        return torch_ops.phase1_forward(k_idx, q_idx, k_val, q_val, g, beta=beta, **opts)
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    assert_same(want, compiled(*(t[n] for n in NAMES), t["beta"]))
+
+
 def test_a_changed_key_makes_a_new_plan():
     """The plan key is one tuple of everything a plan and its checks depend on: the same call
     again creates nothing, and a call that differs in any one of them gets a plan of its own
