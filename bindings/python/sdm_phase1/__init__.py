@@ -14,8 +14,11 @@ batches to and from the time-major chunks.
 ``sdm_phase1.torch_ops`` registers the PyTorch operator ``torch.ops.sdm_phase1.phase1_forward``
 (for ``torch.compile``); only that module imports torch.
 
-The library computes Phase 1's forward only: inputs that require grad under autograd are
-refused (call under ``torch.no_grad()`` or on detached inputs).
+``phase1_backward(...)`` and :meth:`Plan.execute_backward` give the gradients of k_val, q_val,
+g and beta for upstream gradients of the outputs (NumPy arrays, the CPU backend;
+docs/backward.md), bitwise the same on every run. PyTorch autograd is not wired to it yet:
+inputs that require grad under autograd are refused (call under ``torch.no_grad()`` or on
+detached inputs).
 
 The library is loaded through cffi (ABI mode), with declarations made from its header
 (``sdm_phase1._c``), from, in order: the file named by ``SDMP1_LIBRARY``; this installation's
@@ -72,6 +75,7 @@ from ._gpu import (
     plan_cache_info,
     synchronize,
 )
+from ._phase1_backward import phase1_backward
 from ._plan import Plan
 from ._types import Phase1
 from .layout import chunk_tokens, from_chunks, to_chunks
@@ -89,7 +93,7 @@ def version_number() -> int:
 
 
 __all__ = [
-    "phase1_forward", "Plan", "Phase1", "library_path", "version_number",
+    "phase1_forward", "phase1_backward", "Plan", "Phase1", "library_path", "version_number",
     "Phase1Error", "InvalidArgumentError", "UnsupportedError", "InvalidInputError", "OutOfMemoryError",
     "BackendUnavailableError", "CudaError", "InternalError",
     "synchronize", "plan_cache_info", "clear_plan_cache", "cuda_device_count", "cuda_architectures",

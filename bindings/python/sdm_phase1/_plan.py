@@ -4,11 +4,12 @@ output arrays per call (the plan runs in SDM_P1_OUTPUTS_CALLER mode)."""
 from __future__ import annotations
 
 import threading
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ._arrays import HostInputs, index_dtype_code, prepare_inputs, prepare_lengths, value_dtype_code
+from ._backward import run_backward
 from ._c import ffi, lib
 from ._constants import DET_SHIPPED
 from ._dtypes import NUMPY
@@ -26,7 +27,7 @@ _BACKENDS = {
 _DESC_OPTIONS = (
     "N", "C", "W", "R", "num_parallel", "stream_offset", "num_keys", "valid_last",
     "index_dtype", "value_dtype", "gate_width", "need_read_groups", "det_fields", "rec_tile",
-    "backend", "device", "num_threads", "output_mode",
+    "backend", "device", "num_threads", "output_mode", "backward", "grad_dtype",
 )
 
 
@@ -44,7 +45,7 @@ def _shape_error(name: str, got, want_desc: str, want) -> ValueError:
 
 def desc_values(*, N, C, W, R, num_parallel, stream_offset, num_keys, valid_last, index_dtype,
                 value_dtype, gate_width, need_read_groups, det_fields, rec_tile, backend, device,
-                num_threads) -> dict:
+                num_threads, backward=False, grad_dtype=None) -> dict:
     """The sdm_p1_desc fields (output_mode CALLER) from Python values; dtypes and backend
     given as their C codes. Raises TypeError for an option of the wrong type (a bool for an
     int, an int for a bool), ValueError outside the documented range; the library checks its
@@ -74,6 +75,8 @@ def desc_values(*, N, C, W, R, num_parallel, stream_offset, num_keys, valid_last
         "num_threads": 0 if num_threads is None else require_int(
             "num_threads", num_threads, 0, None, "None or 0 (the hardware's thread count) or >= 1"),
         "output_mode": lib.SDM_P1_OUTPUTS_CALLER,
+        "backward": 1 if require_bool("backward", backward) else 0,
+        "grad_dtype": 0 if grad_dtype is None else value_dtype_code(grad_dtype),
     }
 
 
@@ -183,6 +186,10 @@ class Plan:
             passed to the library, which refuses host memory).
         num_threads: CPU threads (>= 1; None or 0: the hardware's count; at most that count).
         device: CUDA device ordinal; None: the current device.
+        backward: True: the plan may also run :meth:`execute_backward` (its workspace is
+            sized for both).
+        grad_dtype: the dtype of the k_val / q_val gradients: None (the value dtype) or
+            float32.
 
     Raises:
         Phase1Error: the library refused the shapes or options (its message says why): an
@@ -209,6 +216,8 @@ class Plan:
         backend: Optional[str] = None,
         num_threads: Optional[int] = None,
         device: Optional[int] = None,
+        backward: bool = False,
+        grad_dtype=None,
     ):
         self._plan = None
         self._lib = lib  # kept for __del__ during interpreter shutdown
@@ -219,6 +228,7 @@ class Plan:
             value_dtype=value_dtype_code(value_dtype), gate_width=gate_width,
             need_read_groups=need_read_groups, det_fields=det_fields, rec_tile=rec_tile,
             backend=backend_code(backend), device=device, num_threads=num_threads,
+            backward=backward, grad_dtype=grad_dtype,
         )
         self._plan, self._desc, self._views = create_plan(values)
 
@@ -264,6 +274,43 @@ class Plan:
         x = prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta)
         x.stream_lengths = prepare_lengths(stream_lengths, self._desc["num_parallel"])
         return self._run(x, repeats)
+
+    def execute_backward(self, k_idx, q_idx, k_val, q_val, g, grads: dict, *, beta=None,
+                         stream_lengths=None, payload=None) -> Dict[str, Optional[np.ndarray]]:
+        """The backward (vector-Jacobian product) of :meth:`execute` at these inputs, on the
+        CPU backend (docs/backward.md); the plan must have been created with
+        ``backward=True``.
+
+        Args:
+            k_idx, q_idx, k_val, q_val, g, stream_lengths: the forward's inputs.
+            grads: upstream gradients dL/dX by output name, any subset of ``a``, ``qk``,
+                ``log_k``, ``log_q``, ``rex``, ``cpe``, ``k_eff``, ``q_w``, ``krec`` ([N, C * W,
+                2]: words 2 and 3), ``kspa``, ``qrec`` and ``qrec8`` ([N, C * R]: the scale);
+                float32, but cpe, k_eff and q_w in the value dtype (bfloat16 as uint16). A
+                missing or None one is zero.
+            beta: the forward's beta; needed with a ``kspa`` gradient (which alone reaches
+                beta).
+            payload: the forward's ``payload`` output for these inputs (saves the sort), or
+                None (sorted again from the ids).
+
+        Returns:
+            ``{"k_val", "q_val", "g", "beta"}``: dL/dk_val and dL/dq_val in the gradient dtype
+            (bfloat16 as uint16), dL/dg and dL/dbeta in float32 (beta's None without beta).
+            Padding tokens get +0.0. The bits do not depend on the thread count.
+
+        Raises:
+            ValueError: arrays of a wrong shape, dtype or contiguity, a gradient of an output
+                that is not differentiable; :class:`InvalidArgumentError` from the library (a
+                plan without backward, kspa without beta), :class:`InvalidInputError` (bad
+                ids, gates, lengths, or a payload that is not the chunks' sort),
+                :class:`UnsupportedError` on the CUDA backend (not yet).
+        """
+        x = prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta)
+        x.stream_lengths = prepare_lengths(stream_lengths, self._desc["num_parallel"])
+        self._check_shapes(x)
+        grad_dtype = self._desc["grad_dtype"] or self._desc["value_dtype"]
+        with self._lock:
+            return run_backward(self._handle(), self._desc, x, grads, payload, grad_dtype)
 
     def _check_shapes(self, x: HostInputs) -> None:
         d = self._desc

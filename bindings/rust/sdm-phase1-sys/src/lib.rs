@@ -3,8 +3,10 @@
 //! (`generate.sh`) and committed with bindgen's layout tests.
 //!
 //! The header is the documentation; each item carries its comment. The C macros that bindgen
-//! cannot translate (`SDM_P1_DESC_INITIALIZER`, `SDM_P1_INPUTS_INITIALIZER`) are provided as
-//! [`desc_initializer`] and [`inputs_initializer`]. The safe API is the `sdm-phase1` crate.
+//! cannot translate (`SDM_P1_DESC_INITIALIZER`, `SDM_P1_INPUTS_INITIALIZER`,
+//! `SDM_P1_INPUT_GRADS_INITIALIZER`) are provided as [`desc_initializer`],
+//! [`inputs_initializer`] and [`input_grads_initializer`]. The safe API is the `sdm-phase1`
+//! crate.
 //!
 //! Linking: the build script finds `libsdmp1.so` from `SDMP1_LIB_DIR`, else `pkg-config sdmp1`,
 //! else the source tree's `build/` directory, and tells dependents the directory it used as
@@ -54,4 +56,21 @@ pub fn inputs_initializer() -> sdm_p1_inputs {
     );
     // SAFETY: as in desc_initializer.
     unsafe { inputs.assume_init() }
+}
+
+/// `SDM_P1_INPUT_GRADS_INITIALIZER` (1.3): the output struct of `sdm_p1_execute_backward`
+/// with its size set, `reserved` 0 and every pointer null (no gradient requested).
+///
+/// The library has no init function for this struct, so this is the one restatement of the
+/// macro; the test `tests/initializers.rs` compiles the C macro and checks every field.
+pub fn input_grads_initializer() -> sdm_p1_input_grads {
+    sdm_p1_input_grads {
+        // 40 bytes: a struct size always fits u32.
+        struct_size: std::mem::size_of::<sdm_p1_input_grads>() as u32,
+        reserved: 0,
+        k_val: std::ptr::null_mut(),
+        q_val: std::ptr::null_mut(),
+        g: std::ptr::null_mut(),
+        beta: std::ptr::null_mut(),
+    }
 }

@@ -1,5 +1,6 @@
-//! `desc_initializer()` and `inputs_initializer()` equal the header's `SDM_P1_DESC_INITIALIZER`
-//! and `SDM_P1_INPUTS_INITIALIZER` field by field: a C program built from the header prints
+//! `desc_initializer()`, `inputs_initializer()` and `input_grads_initializer()` equal the
+//! header's `SDM_P1_DESC_INITIALIZER`, `SDM_P1_INPUTS_INITIALIZER` and
+//! `SDM_P1_INPUT_GRADS_INITIALIZER` field by field: a C program built from the header prints
 //! each field of the macros' structs and the test compares the numbers. Skips (saying so)
 //! where no C compiler runs (`cc`, or `$CC`).
 use std::path::PathBuf;
@@ -7,7 +8,7 @@ use std::process::Command;
 
 use sdm_phase1_sys as sys;
 
-/// Every field of both initializers as (C expression, the Rust initializer's value). The
+/// Every field of the three initializers as (C expression, the Rust initializer's value). The
 /// exhaustive destructuring makes a field added to a struct a compile error here until it
 /// is listed.
 fn fields() -> Vec<(&'static str, i64)> {
@@ -92,7 +93,23 @@ fn fields() -> Vec<(&'static str, i64)> {
         ("in.stream_lengths_dtype", i64::from(stream_lengths_dtype)),
         ("in.reserved", i64::from(reserved)),
     ];
-    desc.into_iter().chain(inputs).collect()
+    let sys::sdm_p1_input_grads {
+        struct_size,
+        reserved,
+        k_val,
+        q_val,
+        g,
+        beta,
+    } = sys::input_grads_initializer();
+    let input_grads = [
+        ("og.struct_size", i64::from(struct_size)),
+        ("og.reserved", i64::from(reserved)),
+        ("og.k_val != NULL", i64::from(!k_val.is_null())),
+        ("og.q_val != NULL", i64::from(!q_val.is_null())),
+        ("og.g != NULL", i64::from(!g.is_null())),
+        ("og.beta != NULL", i64::from(!beta.is_null())),
+    ];
+    desc.into_iter().chain(inputs).chain(input_grads).collect()
 }
 
 /// A C program printing "EXPRESSION VALUE" for each expression, on structs the macros fill.
@@ -100,7 +117,8 @@ fn c_program(fields: &[(&str, i64)]) -> String {
     let mut text = String::from(
         "#include <stdio.h>\n#include \"sdm/phase1.h\"\nint main(void) {\n    \
          sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;\n    \
-         sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;\n",
+         sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;\n    \
+         sdm_p1_input_grads og = SDM_P1_INPUT_GRADS_INITIALIZER;\n",
     );
     for (expression, _) in fields {
         text +=

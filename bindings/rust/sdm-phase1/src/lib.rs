@@ -13,6 +13,11 @@
 //!   views of the plan's buffers. [`Plan::execute_into`] writes caller-owned
 //!   [`OutputBuffers`] instead. Both take optional per-stream lengths (`Some(&[usize])`, one
 //!   per stream) in place of the plan's `valid_last` rule.
+//! - [`Plan::execute_backward`] (since 1.3; a plan built with
+//!   [`backward(true)`](PlanBuilder::backward), CPU backend) takes upstream gradients by
+//!   output field ([`OutputGradients`]) and returns the gradients of `k_val`, `q_val`, `g` and
+//!   `beta` ([`InputGradients`]); [`Plan::execute_backward_into`] writes them into reused
+//!   vectors.
 //! - [`Plan::execute_device`] (`unsafe`) enqueues the CUDA backend on raw device pointers and
 //!   a raw stream; [`Plan::execute_status`] reports its data check after a synchronize.
 //! - Every failure is an [`Error`]: a [`Status`] and the library's message.
@@ -80,6 +85,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod gradients;
 mod outputs;
 mod plan;
 mod types;
@@ -89,6 +95,7 @@ use std::ffi::CStr;
 pub use sdm_phase1_sys as sys;
 
 pub use error::{Error, Result, Status};
+pub use gradients::{InputGradients, OutputGradients};
 pub use outputs::{Field, FieldInfo, Outputs, Tensor};
 pub use plan::{DeviceInputs, DeviceStreamLengths, Inputs, OutputBuffers, Plan, PlanBuilder};
 pub use types::{

@@ -325,8 +325,8 @@ pub trait Index: Element {
     const INDEX_DTYPE: IndexDtype;
 }
 
-/// A value type: `f32` or [`Bf16`].
-pub trait Value: Element {
+/// A value type: `f32` or [`Bf16`]. `Default` is its zero (+0.0).
+pub trait Value: Element + Default {
     /// The matching [`ValueDtype`].
     const VALUE_DTYPE: ValueDtype;
 }

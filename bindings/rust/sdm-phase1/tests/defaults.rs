@@ -50,6 +50,8 @@ fn builder_defaults_resolve_as_the_c_initializer() {
         ("rec_tile", plan.rec_tile() as i64),
         ("device", device.into()),
         ("num_threads", plan.num_threads() as i64),
+        ("backward", plan.backward().into()),
+        ("grad_dtype", plan.grad_dtype().dtype().code().into()),
     ];
     let from_c = [
         ("N", c.N),
@@ -68,6 +70,8 @@ fn builder_defaults_resolve_as_the_c_initializer() {
         ("rec_tile", c.rec_tile),
         ("device", c.device.into()),
         ("num_threads", c.num_threads.into()),
+        ("backward", c.backward.into()),
+        ("grad_dtype", c.grad_dtype.into()),
     ];
     assert_eq!(rust, from_c, "the Rust plan (left) against the C plan");
     // The enums: Auto resolves alike for both plans on one machine.
@@ -90,6 +94,8 @@ fn builder_defaults_resolve_as_the_c_initializer() {
     assert!(plan.need_read_groups());
     assert_eq!(plan.det_fields(), DetFields::SHIPPED);
     assert_eq!(plan.rec_tile(), 128);
+    assert!(!plan.backward());
+    assert_eq!(plan.grad_dtype(), ValueDtype::F32);
     if plan.backend() == Backend::Cpu {
         assert_eq!(
             plan.device(),

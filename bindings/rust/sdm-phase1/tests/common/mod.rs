@@ -249,7 +249,7 @@ pub fn vals_bf16(v: &[f32]) -> Vec<Bf16> {
 }
 
 /// Bytes of the value arrays in the case's dtype, for the C path.
-fn value_bytes(case: &Case, v: &[f32]) -> Vec<u8> {
+pub fn value_bytes(case: &Case, v: &[f32]) -> Vec<u8> {
     if case.bf16 {
         v.iter()
             .flat_map(|&x| Bf16::from_f32(x).0.to_ne_bytes())
@@ -259,7 +259,7 @@ fn value_bytes(case: &Case, v: &[f32]) -> Vec<u8> {
     }
 }
 
-fn id_bytes(case: &Case, v: &[i64]) -> Vec<u8> {
+pub fn id_bytes(case: &Case, v: &[i64]) -> Vec<u8> {
     if case.ids64 {
         v.iter().flat_map(|x| x.to_ne_bytes()).collect()
     } else {
@@ -268,14 +268,14 @@ fn id_bytes(case: &Case, v: &[i64]) -> Vec<u8> {
 }
 
 /// Copies bytes into u64 words, so the C library gets naturally aligned arrays.
-fn aligned(bytes: &[u8]) -> Vec<u64> {
+pub fn aligned(bytes: &[u8]) -> Vec<u64> {
     let mut words = vec![0u64; bytes.len().div_ceil(8)];
     // SAFETY: words has at least bytes.len() bytes.
     unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast(), bytes.len()) };
     words
 }
 
-fn last_error() -> String {
+pub fn last_error() -> String {
     unsafe { CStr::from_ptr(sys::sdm_p1_last_error()) }
         .to_string_lossy()
         .into_owned()
