@@ -359,7 +359,9 @@ void apply_form(Buffer& buf, uint32_t* struct_size, size_t library_size, size_t 
 DescBuffer sized_desc(const sdm_p1_desc& desc, StructForm form) {
     DescBuffer buf{};
     buf.desc = desc;
-    apply_form(buf, &buf.desc.struct_size, sizeof buf.desc, sizeof buf.desc, form);
+    // The 1.0 layout ends with the allocator (1.3 appended backward and grad_dtype).
+    apply_form(buf, &buf.desc.struct_size, sizeof buf.desc,
+               offsetof(sdm_p1_desc, allocator) + sizeof(sdm_p1_allocator), form);
     return buf;
 }
 
