@@ -36,8 +36,10 @@ def phase1_backward(
     :meth:`Plan.execute_backward` for ``grads``, ``payload``, the result and the errors.
 
     ``grad_dtype``: the k_val / q_val gradients' dtype, None (the value dtype) or float32.
-    NumPy (host) arrays only: the CUDA backward is not there yet. The outputs a Phase 2 reads
-    do not depend on need_read_groups, det_fields or rec_tile, so they are not options here.
+    NumPy (host) arrays only: the CUDA backward is not there yet. The gradients do not depend
+    on need_read_groups, det_fields or rec_tile, so they are not options here. Each call
+    creates a plan (and its worker threads) and frees it: for repeated calls keep a
+    ``Plan(..., backward=True)`` and call its :meth:`Plan.execute_backward`.
     """
     k = np.asarray(k_idx)
     q = np.asarray(q_idx)

@@ -500,6 +500,15 @@ struct Resolved {
     grad_dtype: ValueDtype,
 }
 
+/// The value dtype a resolved descriptor field `name` holds (an `sdm_p1_dtype` code).
+fn value_dtype_of(name: &str, code: i32) -> Result<ValueDtype> {
+    match code as u32 {
+        sys::SDM_P1_DTYPE_FLOAT32 => Ok(ValueDtype::F32),
+        sys::SDM_P1_DTYPE_BFLOAT16 => Ok(ValueDtype::Bf16),
+        _ => Err(unknown(name, code)),
+    }
+}
+
 impl Resolved {
     fn from_desc(desc: &sys::sdm_p1_desc) -> Result<Resolved> {
         let index_dtype = match desc.index_dtype as u32 {
@@ -507,17 +516,9 @@ impl Resolved {
             sys::SDM_P1_DTYPE_INT64 => IndexDtype::I64,
             _ => return Err(unknown("index_dtype", desc.index_dtype)),
         };
-        let value_dtype = match desc.value_dtype as u32 {
-            sys::SDM_P1_DTYPE_FLOAT32 => ValueDtype::F32,
-            sys::SDM_P1_DTYPE_BFLOAT16 => ValueDtype::Bf16,
-            _ => return Err(unknown("value_dtype", desc.value_dtype)),
-        };
+        let value_dtype = value_dtype_of("value_dtype", desc.value_dtype)?;
         // Resolved with or without backward: the value dtype unless F32 was asked for.
-        let grad_dtype = match desc.grad_dtype as u32 {
-            sys::SDM_P1_DTYPE_FLOAT32 => ValueDtype::F32,
-            sys::SDM_P1_DTYPE_BFLOAT16 => ValueDtype::Bf16,
-            _ => return Err(unknown("grad_dtype", desc.grad_dtype)),
-        };
+        let grad_dtype = value_dtype_of("grad_dtype", desc.grad_dtype)?;
         let backend = match desc.backend as u32 {
             sys::SDM_P1_BACKEND_CPU => Backend::Cpu,
             sys::SDM_P1_BACKEND_CUDA => Backend::Cuda,
