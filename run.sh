@@ -87,10 +87,15 @@ install_python_packages() {
     pip_install_missing mesonbuild "meson>=1.1" numpy numpy cffi cffi pycparser pycparser
 }
 
-# Python packages of the test job: pytest, the bfloat16 dtype test's ml_dtypes, the linters.
+# Python packages of the test job: pytest, the bfloat16 dtype test's ml_dtypes, the linters
+# (clang-format pinned: another version lays the same code out differently).
 install_python_test_packages() {
     choose_python
     pip_install_missing pytest pytest ml_dtypes ml_dtypes ruff ruff mypy mypy
+    if [ "$("$root/.venv/bin/clang-format" --version 2>/dev/null | awk '{print $3}')" != 14.0.6 ]; then
+        step "installing clang-format 14.0.6 into $root/.venv"
+        "$python" -m pip install --quiet clang-format==14.0.6
+    fi
 }
 
 meson_cmd() { "$python" -m mesonbuild.mesonmain "$@"; }
@@ -242,7 +247,7 @@ test_job() {
     trap suite_summary EXIT
     suite "build" build
     suite "test tools (Debian and Python packages where missing)" install_all_test_tools
-    suite "lint (header, exports, ruff, mypy, shellcheck)" lint
+    suite "lint (header, exports, ruff, mypy, shellcheck, clang-format)" lint
     suite "install (meson install, sdmp1.pc)" install_check
     suite "ABI (abidiff)" abi_check
     suite "C/C++ tests (meson test)" meson_tests
@@ -281,6 +286,10 @@ lint() {
     step "lint: shellcheck on the shell scripts"
     (cd "$root" && shellcheck run.sh .ci/run tests/gpu_suite.sh tests/fuzz/coverage.sh \
         bindings/rust/sdm-phase1-sys/generate.sh)
+    step "lint: clang-format on the C, C++ and CUDA sources (style in .clang-format)"
+    (cd "$root" && find bench examples include kernels src tests -type f \
+        \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0 |
+        xargs -0 "$root/.venv/bin/clang-format" --dry-run --Werror)
 }
 
 install_check() {

@@ -94,7 +94,7 @@ static const Shape kShapes[] = {
     {"S5", 8192, 64, 32, 32, 65536, 128, 0, 1, 1, kUniform, 0.0},
     {"S6", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kUniform, 0.0},
     {"S7", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kZipf, 1.1},
-    {"S8", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kZipf, 1.1},   /* S6 with S7's ids */
+    {"S8", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kZipf, 1.1}, /* S6 with S7's ids */
     {"WR1", 1, 256, 256, 256, 256, 1, 1, 0, 0, kReadsOnSlot0, 0.0},
     {"WA1", 1, 256, 256, 256, 1, 1, 1, 0, 0, kUniform, 0.0},
     {"WR264", 264, 256, 256, 256, 256, 1, 1, 0, 0, kReadsOnSlot0, 0.0},
@@ -169,7 +169,7 @@ static int zipf_init(Zipf* z, int64_t n, double s, uint64_t* st) {
 
 static int64_t zipf_draw(const Zipf* z, uint64_t* st) {
     const double u = uniform01(st);
-    int64_t lo = 0, hi = z->n - 1;   /* the first rank whose cdf reaches u */
+    int64_t lo = 0, hi = z->n - 1; /* the first rank whose cdf reaches u */
     while (lo < hi) {
         const int64_t mid = (lo + hi) / 2;
         if (z->cdf[mid] < u) lo = mid + 1;
@@ -186,8 +186,8 @@ static void zipf_free(Zipf* z) {
 /* Ids of one token's `lanes` entries, distinct where num_keys allows, uniform or by `zipf`
  * (non-NULL): `stamp` (num_keys words, or NULL for huge key ranges) marks the ids this token
  * already took with `mark`. */
-static void token_ids(const Shape* s, int64_t lanes, int64_t base, uint32_t* stamp, uint32_t mark,
-                      const Zipf* zipf, uint64_t* st, void* ids, int64_t first) {
+static void token_ids(const Shape* s, int64_t lanes, int64_t base, uint32_t* stamp, uint32_t mark, const Zipf* zipf,
+                      uint64_t* st, void* ids, int64_t first) {
     const int distinct = s->num_keys >= lanes;
     int64_t j, k;
     for (j = 0; j < lanes; ++j) {
@@ -318,8 +318,8 @@ static double output_bytes(const sdm_p1_plan* plan) {
 
 static double input_bytes(const HostInputs* in, int64_t det) {
     const int with_beta = det != SDM_P1_UNSET && (det & SDM_P1_DET_KSPA) != 0;
-    return (double)(in->k_idx_bytes + in->q_idx_bytes + in->k_val_bytes + in->q_val_bytes +
-                    in->g_bytes + (with_beta ? in->beta_bytes : 0));
+    return (double)(in->k_idx_bytes + in->q_idx_bytes + in->k_val_bytes + in->q_val_bytes + in->g_bytes +
+                    (with_beta ? in->beta_bytes : 0));
 }
 
 static int parse_shape(const char* arg, Shape* s) {
@@ -341,7 +341,7 @@ static int parse_shape(const char* arg, Shape* s) {
     s->num_keys = K;
     s->P = P;
     s->bf16 = 1;
-    s->idx64 = P * K > INT32_MAX;   /* int64 ids only where int32 cannot hold them */
+    s->idx64 = P * K > INT32_MAX; /* int64 ids only where int32 cannot hold them */
     s->per_write = 0;
     s->ids = kUniform;
     s->zipf = 0.0;
@@ -365,11 +365,11 @@ static void out_of_memory(void) {
 typedef struct Result {
     Shape shape;
     int all_fields;
-    int varlen;    /* half the streams at half length (per-stream lengths) */
-    int threads;   /* CPU: the plan's threads; CUDA: 0 */
+    int varlen;  /* half the streams at half length (per-stream lengths) */
+    int threads; /* CPU: the plan's threads; CUDA: 0 */
     double median_ms, min_ms, mean_ms;
     int repeats;
-    double in_bytes, out_bytes, gbps, of_copy;   /* gbps and of_copy at the median */
+    double in_bytes, out_bytes, gbps, of_copy; /* gbps and of_copy at the median */
     size_t workspace;
 } Result;
 
@@ -402,11 +402,11 @@ static double median_of(double* v, int n) {
 
 /* The run's facts besides its rows: the JSON's top-level members. */
 typedef struct RunInfo {
-    const char* backend;   /* "cpu" or "cuda" */
+    const char* backend; /* "cpu" or "cuda" */
     char device[256];
     char date_utc[32];
     double copy_bytes, copy_ms, copy_gbps;
-    int cuda_driver, cuda_runtime;   /* CUDA only */
+    int cuda_driver, cuda_runtime; /* CUDA only */
 } RunInfo;
 
 static void utc_now(char* buf, size_t n) {
@@ -440,13 +440,13 @@ static void json_result(FILE* f, const Result* r, int last) {
     const Shape* s = &r->shape;
     fputs("    {\"shape\": ", f);
     json_string(f, s->name);
-    fprintf(f, ", \"det_fields\": \"%s\", \"varlen\": %s, \"N\": %lld, \"C\": %lld, \"W\": %lld, "
-               "\"R\": %lld, \"num_keys\": %lld, \"streams\": %lld, \"value_dtype\": \"%s\", "
-               "\"id_dtype\": \"%s\", \"gates\": \"%s\", \"ids\": \"%s\"",
-            r->all_fields ? "all" : "default", r->varlen ? "true" : "false", (long long)s->N,
-            (long long)s->C, (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
-            s->bf16 ? "bf16" : "f32", s->idx64 ? "int64" : "int32", s->per_write ? "per_write" : "per_token",
-            kIdNames[s->ids]);
+    fprintf(f,
+            ", \"det_fields\": \"%s\", \"varlen\": %s, \"N\": %lld, \"C\": %lld, \"W\": %lld, "
+            "\"R\": %lld, \"num_keys\": %lld, \"streams\": %lld, \"value_dtype\": \"%s\", "
+            "\"id_dtype\": \"%s\", \"gates\": \"%s\", \"ids\": \"%s\"",
+            r->all_fields ? "all" : "default", r->varlen ? "true" : "false", (long long)s->N, (long long)s->C,
+            (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P, s->bf16 ? "bf16" : "f32",
+            s->idx64 ? "int64" : "int32", s->per_write ? "per_write" : "per_token", kIdNames[s->ids]);
     if (s->ids == kZipf) json_number(f, ", ", "zipf_exponent", s->zipf, "%g");
     else fputs(", \"zipf_exponent\": null", f);
     if (r->threads > 0) fprintf(f, ", \"threads\": %d", r->threads);
@@ -521,7 +521,7 @@ static double host_copy_bandwidth(double* bytes, double* median_ms) {
     const size_t n = (size_t)1 << 28;
     char* a = malloc(n);
     char* b = malloc(n);
-    volatile char sink;   /* a byte of each copy is read, so the copy is not optimized away */
+    volatile char sink; /* a byte of each copy is read, so the copy is not optimized away */
     double ms[5];
     int i;
     if (a == NULL || b == NULL) out_of_memory();
@@ -585,19 +585,19 @@ static int run_cpu_shape(const Shape* s, int reps, int threads, double copy_gbps
     }
     r->mean_ms = total / reps;
     r->median_ms = median_of(ms, reps);
-    r->min_ms = ms[0];   /* sorted by median_of */
+    r->min_ms = ms[0]; /* sorted by median_of */
     r->gbps = (r->in_bytes + r->out_bytes) / (r->median_ms * 1e-3) / 1e9;
     r->of_copy = r->gbps / copy_gbps;
     sdm_p1_plan_desc(plan, &pd);
     r->threads = pd.num_threads;
     if (sdm_p1_workspace_size(plan, &r->workspace) != SDM_P1_SUCCESS) r->workspace = 0;
-    printf("%-6s N=%lld C=%lld W=%lld R=%lld keys=%lld %s%s: best %.3f ms, median %.3f ms, mean %.3f ms, "
-           "%.1f MB in+out, %.2f GB/s at the best, %.4f of copy at the median (%s, %d threads)\n",
-           s->name, (long long)s->N, (long long)s->C, (long long)s->W, (long long)s->R,
-           (long long)s->num_keys, s->bf16 ? "bf16" : "f32", s->idx64 ? " int64" : "", r->min_ms,
-           r->median_ms, r->mean_ms, (r->in_bytes + r->out_bytes) / 1e6,
-           (r->in_bytes + r->out_bytes) / (r->min_ms * 1e-3) / 1e9, r->of_copy,
-           pd.backend == SDM_P1_BACKEND_CPU ? "cpu" : "cuda", pd.num_threads);
+    printf(
+        "%-6s N=%lld C=%lld W=%lld R=%lld keys=%lld %s%s: best %.3f ms, median %.3f ms, mean %.3f ms, "
+        "%.1f MB in+out, %.2f GB/s at the best, %.4f of copy at the median (%s, %d threads)\n",
+        s->name, (long long)s->N, (long long)s->C, (long long)s->W, (long long)s->R, (long long)s->num_keys,
+        s->bf16 ? "bf16" : "f32", s->idx64 ? " int64" : "", r->min_ms, r->median_ms, r->mean_ms,
+        (r->in_bytes + r->out_bytes) / 1e6, (r->in_bytes + r->out_bytes) / (r->min_ms * 1e-3) / 1e9, r->of_copy,
+        pd.backend == SDM_P1_BACKEND_CPU ? "cpu" : "cuda", pd.num_threads);
     fflush(stdout);
     sdm_p1_plan_destroy(plan);
     free_inputs(&hin);
@@ -615,8 +615,8 @@ static int run_cpu(const Shape* shapes, int count, int reps, int threads, const 
     cpu_name(run.device, sizeof run.device);
     run.copy_gbps = host_copy_bandwidth(&run.copy_bytes, &run.copy_ms);
     printf("%s; libsdmp1 %s; %d timed runs per shape\n", run.device, sdm_p1_version_string(), reps);
-    printf("copy: 256 MiB memcpy on one thread, median %.3f ms: %.1f GB/s (read + write)\n",
-           run.copy_ms, run.copy_gbps);
+    printf("copy: 256 MiB memcpy on one thread, median %.3f ms: %.1f GB/s (read + write)\n", run.copy_ms,
+           run.copy_gbps);
     for (i = 0; i < count; ++i) {
         Result r;
         if (run_cpu_shape(&shapes[i], reps, threads, run.copy_gbps, &r) != 0) failed = 1;
@@ -709,8 +709,8 @@ static void free_device_inputs(DeviceInputs* d) {
 
 /* Times one plan: `reps` executes after 3 warm-ups, each between two events on `stream`;
  * `lengths`: device int32 per-stream lengths, or NULL. */
-static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const HostInputs* host,
-                      const void* lengths, int reps, cudaStream_t stream, double copy_gbps, Result* r) {
+static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const HostInputs* host, const void* lengths,
+                      int reps, cudaStream_t stream, double copy_gbps, Result* r) {
     const int64_t det = all ? SDM_P1_DET_ALL : SDM_P1_UNSET;
     sdm_p1_desc d = shape_desc(s, SDM_P1_BACKEND_CUDA, det, 0);
     sdm_p1_plan* plan = NULL;
@@ -748,7 +748,7 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
     r->varlen = lengths != NULL;
     r->repeats = reps;
     r->median_ms = median_of(ms, reps);
-    r->min_ms = ms[0];   /* sorted by median_of */
+    r->min_ms = ms[0]; /* sorted by median_of */
     r->in_bytes = input_bytes(host, det);
     r->out_bytes = output_bytes(plan);
     r->gbps = (r->in_bytes + r->out_bytes) / (r->median_ms * 1e-3) / 1e9;
@@ -763,23 +763,24 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
 static void print_result(const Result* r) {
     const Shape* s = &r->shape;
     printf("%-6s %-7s %6lld %4lld %4lld %4lld %7lld %4lld %-4s %-3s %-5s %9.4f %9.4f %9.1f %9.1f %8.1f %7.3f %9.1f\n",
-           s->name, r->all_fields ? "all" : r->varlen ? "varlen" : "default", (long long)s->N,
-           (long long)s->C, (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
-           s->bf16 ? "bf16" : "f32", s->idx64 ? "i64" : "i32", s->per_write ? "write" : "token",
-           r->median_ms, r->min_ms, r->in_bytes / 1e6, r->out_bytes / 1e6, r->gbps, r->of_copy,
-           (double)r->workspace / 1e6);
+           s->name,
+           r->all_fields ? "all"
+           : r->varlen   ? "varlen"
+                         : "default",
+           (long long)s->N, (long long)s->C, (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
+           s->bf16 ? "bf16" : "f32", s->idx64 ? "i64" : "i32", s->per_write ? "write" : "token", r->median_ms,
+           r->min_ms, r->in_bytes / 1e6, r->out_bytes / 1e6, r->gbps, r->of_copy, (double)r->workspace / 1e6);
 }
 
 static void print_table_header(void) {
-    printf("%-6s %-7s %6s %4s %4s %4s %7s %4s %-4s %-3s %-5s %9s %9s %9s %9s %8s %7s %9s\n",
-           "shape", "fields", "N", "C", "W", "R", "keys", "P", "vals", "ids", "gates", "median_ms",
-           "min_ms", "in_MB", "out_MB", "GB/s", "of_copy", "work_MB");
+    printf("%-6s %-7s %6s %4s %4s %4s %7s %4s %-4s %-3s %-5s %9s %9s %9s %9s %8s %7s %9s\n", "shape", "fields", "N",
+           "C", "W", "R", "keys", "P", "vals", "ids", "gates", "median_ms", "min_ms", "in_MB", "out_MB", "GB/s",
+           "of_copy", "work_MB");
 }
 
 /* Both det_fields settings of one shape, then (varlen) the default one with the odd streams
  * at half their length. */
-static void run_cuda_shape(const Shape* s, int reps, int varlen, cudaStream_t stream, double copy_gbps,
-                           Results* rs) {
+static void run_cuda_shape(const Shape* s, int reps, int varlen, cudaStream_t stream, double copy_gbps, Results* rs) {
     HostInputs host;
     DeviceInputs dev;
     void* lengths = NULL;
@@ -818,14 +819,14 @@ static void run_sweep(int reps, cudaStream_t stream, double copy_gbps, Results* 
     s.N = Ns[4];
     if (make_inputs(&s, &host) != 0) exit(1);
     dev = upload_inputs(&host);
-    printf("\nS1 time against N (default det_fields):\n%6s %9s %13s %13s\n", "N", "median_ms",
-           "us_per_chunk", "vs_N=2048");
+    printf("\nS1 time against N (default det_fields):\n%6s %9s %13s %13s\n", "N", "median_ms", "us_per_chunk",
+           "vs_N=2048");
     for (i = 0; i < 5; ++i) {
         Result r;
         double per_chunk;
         s.N = Ns[i];
         time_plan(&s, 0, &dev, &host, NULL, reps, stream, copy_gbps, &r);
-        r.in_bytes = r.in_bytes * (double)Ns[i] / (double)Ns[4];   /* the inputs of this N only */
+        r.in_bytes = r.in_bytes * (double)Ns[i] / (double)Ns[4]; /* the inputs of this N only */
         r.gbps = (r.in_bytes + r.out_bytes) / (r.median_ms * 1e-3) / 1e9;
         r.of_copy = r.gbps / copy_gbps;
         per_chunk = 1e3 * r.median_ms / (double)Ns[i];
@@ -855,10 +856,9 @@ static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int var
     snprintf(run.device, sizeof run.device, "%s", prop.name);
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     run.copy_gbps = copy_bandwidth(stream, &run.copy_bytes, &run.copy_ms);
-    printf("device %d: %s; libsdmp1 %s; %d timed runs per row (CUDA events, median)\n", device,
-           prop.name, sdm_p1_version_string(), reps);
-    printf("copy: 2 GiB device to device, median %.4f ms: %.1f GB/s (read + write)\n\n",
-           run.copy_ms, run.copy_gbps);
+    printf("device %d: %s; libsdmp1 %s; %d timed runs per row (CUDA events, median)\n", device, prop.name,
+           sdm_p1_version_string(), reps);
+    printf("copy: 2 GiB device to device, median %.4f ms: %.1f GB/s (read + write)\n\n", run.copy_ms, run.copy_gbps);
     print_table_header();
     for (i = 0; i < count; ++i) run_cuda_shape(&shapes[i], reps, varlen, stream, run.copy_gbps, &rs);
     if (sweep) run_sweep(reps, stream, run.copy_gbps, &sw);
@@ -875,8 +875,10 @@ static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int var
 
 static void print_usage(FILE* f, const char* argv0) {
     int k;
-    fprintf(f, "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep] [--varlen] "
-               "[SHAPE ...]\n       %s --help\nSHAPE: ", argv0, argv0);
+    fprintf(f,
+            "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep] [--varlen] "
+            "[SHAPE ...]\n       %s --help\nSHAPE: ",
+            argv0, argv0);
     for (k = 0; k < kShapeCount; ++k) fprintf(f, "%s | ", kShapes[k].name);
     fputs("N,C,W,R,num_keys[,streams]\n", f);
 }
@@ -889,24 +891,25 @@ static int usage(const char* argv0) {
 
 static int help(const char* argv0) {
     print_usage(stdout, argv0);
-    fputs("\n"
-          "  --backend cpu|cuda  the backend to time (default cpu; cuda where the benchmark was\n"
-          "                      built with the CUDA backend)\n"
-          "  --reps K            timed executes a row (CPU: 5; CUDA: 20, at least 3)\n"
-          "  --threads T         the CPU backend's threads (default: the hardware's)\n"
-          "  --json PATH         also write the run's results to PATH as one JSON object: the\n"
-          "                      library version, backend, device, date and time (UTC), the copy\n"
-          "                      bandwidth measured in the run, and per shape and det_fields the\n"
-          "                      shape's parameters, median and best ms, bytes, GB/s, fraction of\n"
-          "                      the copy bandwidth and repeats (bench/results/README.md)\n"
-          "  --sweep             CUDA: also S1 at N = 1024 .. 16384\n"
-          "  --varlen            CUDA: also a row per shape with the odd streams at half length\n"
-          "\n"
-          "Shapes (docs/design.md): S1 .. S7; S8 = S6's configuration with S7's Zipf 1.1 ids;\n"
-          "S7z0.8, S7z1.5, S8z0.8, S8z1.5 = S7 and S8 with Zipf exponent 0.8 or 1.5; the worst\n"
-          "cases WR1, WA1, WR264, WA264 (C = W = R = 256). Without shapes: CPU 256,64,32,32,65536;\n"
-          "CUDA S1 .. S8, WR1, WA1 and the S1 sweep, each with the default and every field.\n",
-          stdout);
+    fputs(
+        "\n"
+        "  --backend cpu|cuda  the backend to time (default cpu; cuda where the benchmark was\n"
+        "                      built with the CUDA backend)\n"
+        "  --reps K            timed executes a row (CPU: 5; CUDA: 20, at least 3)\n"
+        "  --threads T         the CPU backend's threads (default: the hardware's)\n"
+        "  --json PATH         also write the run's results to PATH as one JSON object: the\n"
+        "                      library version, backend, device, date and time (UTC), the copy\n"
+        "                      bandwidth measured in the run, and per shape and det_fields the\n"
+        "                      shape's parameters, median and best ms, bytes, GB/s, fraction of\n"
+        "                      the copy bandwidth and repeats (bench/results/README.md)\n"
+        "  --sweep             CUDA: also S1 at N = 1024 .. 16384\n"
+        "  --varlen            CUDA: also a row per shape with the odd streams at half length\n"
+        "\n"
+        "Shapes (docs/design.md): S1 .. S7; S8 = S6's configuration with S7's Zipf 1.1 ids;\n"
+        "S7z0.8, S7z1.5, S8z0.8, S8z1.5 = S7 and S8 with Zipf exponent 0.8 or 1.5; the worst\n"
+        "cases WR1, WA1, WR264, WA264 (C = W = R = 256). Without shapes: CPU 256,64,32,32,65536;\n"
+        "CUDA S1 .. S8, WR1, WA1 and the S1 sweep, each with the default and every field.\n",
+        stdout);
     return 0;
 }
 
@@ -939,8 +942,8 @@ int main(int argc, char** argv) {
     }
     if (cuda) {
 #ifdef SDMP1_BENCH_CUDA
-        setenv("SDMP1_LOG", "1", 0);   /* which kernel each plan runs, on stderr */
-        if (count == 0) {   /* the canonical shapes, two worst cases and the N sweep */
+        setenv("SDMP1_LOG", "1", 0); /* which kernel each plan runs, on stderr */
+        if (count == 0) {            /* the canonical shapes, two worst cases and the N sweep */
             for (count = 0; count < kDefaultShapes; ++count) shapes[count] = kShapes[count];
             sweep = 1;
         }

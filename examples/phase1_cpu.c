@@ -27,7 +27,7 @@ int main(void) {
     static float k_val[N * C * W], q_val[N * C * R], g[N * C], beta[N * C];
     uint32_t state = 12345u;
     for (int c = 0; c < N; ++c) {
-        const int base = (c % P) * OFFSET;   /* stream c % P owns [base, base + KEYS) */
+        const int base = (c % P) * OFFSET; /* stream c % P owns [base, base + KEYS) */
         for (int t = 0; t < C; ++t) {
             const int tok = c * C + t;
             for (int w = 0; w < W; ++w) {
@@ -53,8 +53,7 @@ int main(void) {
     desc.stream_offset = OFFSET;
     desc.num_keys = KEYS;
     desc.valid_last = 12; /* the streams' last chunks hold 12 tokens and 4 padding tokens */
-    desc.det_fields = SDM_P1_DET_SHIPPED | SDM_P1_DET_KREC | SDM_P1_DET_KSPA | SDM_P1_DET_QREC |
-                      SDM_P1_DET_TILES;
+    desc.det_fields = SDM_P1_DET_SHIPPED | SDM_P1_DET_KREC | SDM_P1_DET_KSPA | SDM_P1_DET_QREC | SDM_P1_DET_TILES;
     desc.backend = SDM_P1_BACKEND_CPU;
 
     sdm_p1_plan* plan = NULL;
@@ -70,8 +69,8 @@ int main(void) {
 
     sdm_p1_tensor v[SDM_P1_FIELD_COUNT];
     if (check(sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT), "sdm_p1_outputs")) return 1;
-    printf("libsdmp1 %s, CPU backend: N=%d chunks of C=%d tokens, W=%d, R=%d, %d streams\n",
-           sdm_p1_version_string(), N, C, W, R, P);
+    printf("libsdmp1 %s, CPU backend: N=%d chunks of C=%d tokens, W=%d, R=%d, %d streams\n", sdm_p1_version_string(), N,
+           C, W, R, P);
     int computed = 0;
     for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) computed += v[f].requested;
     printf("outputs computed: %d of %d fields\n", computed, SDM_P1_FIELD_COUNT);
@@ -102,7 +101,6 @@ int main(void) {
     printf("slot groups written: %d (valid last writes %d, single writes %d)\n", groups, lasts, onlys);
     printf("smallest log_k = %.6f, smallest cpe = %.6f, repeats = %lld\n", min_log, min_cpe,
            (long long)*(const int64_t*)v[SDM_P1_FIELD_REPEATS].data);
-    printf("chunk 0, token 1: log_k = [%.6f %.6f %.6f %.6f]\n", log_k[W], log_k[W + 1],
-           log_k[W + 2], log_k[W + 3]);
+    printf("chunk 0, token 1: log_k = [%.6f %.6f %.6f %.6f]\n", log_k[W], log_k[W + 1], log_k[W + 2], log_k[W + 3]);
     return check(sdm_p1_plan_destroy(plan), "sdm_p1_plan_destroy");
 }

@@ -30,11 +30,11 @@ int main(int argc, char** argv) {
     outputs_fn outputs;
     destroy_fn destroy;
     void* sym;
-#define LOAD(var, name)                                                    \
-    if ((sym = dlsym(so, name)) == NULL) {                                 \
-        fprintf(stderr, "%s has no %s\n", path, name);                     \
-        return 1;                                                          \
-    }                                                                      \
+#define LOAD(var, name)                                \
+    if ((sym = dlsym(so, name)) == NULL) {             \
+        fprintf(stderr, "%s has no %s\n", path, name); \
+        return 1;                                      \
+    }                                                  \
     memcpy(&var, &sym, sizeof var)
     LOAD(version, "sdm_p1_version_number");
     LOAD(last_error, "sdm_p1_last_error");
@@ -44,8 +44,7 @@ int main(int argc, char** argv) {
     LOAD(destroy, "sdm_p1_plan_destroy");
 #undef LOAD
     if (version() / 10000 != SDM_P1_VERSION_MAJOR) {
-        fprintf(stderr, "%s is version %u; this program needs major %d\n", path, version(),
-                SDM_P1_VERSION_MAJOR);
+        fprintf(stderr, "%s is version %u; this program needs major %d\n", path, version(), SDM_P1_VERSION_MAJOR);
         return 1;
     }
 
@@ -75,10 +74,10 @@ int main(int argc, char** argv) {
     }
     const float* a = (const float*)v[SDM_P1_FIELD_A].data;
     printf("loaded %s (version %u)\n", path, version());
-    printf("a = [[%g %g %g] [%.7f %g %g] [%.7f %.7f %g]]\n", a[0], a[1], a[2], a[3], a[4], a[5],
-           a[6], a[7], a[8]);
-    printf("expected a[1,0] = exp(-0.25) = 0.7788008, a[2,0] = exp(-0.375) = 0.6872893, "
-           "a[2,1] = exp(-0.125) = 0.8824969\n");
+    printf("a = [[%g %g %g] [%.7f %g %g] [%.7f %.7f %g]]\n", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8]);
+    printf(
+        "expected a[1,0] = exp(-0.25) = 0.7788008, a[2,0] = exp(-0.375) = 0.6872893, "
+        "a[2,1] = exp(-0.125) = 0.8824969\n");
     const int ok = fabs(a[3] - exp(-0.25)) < 1e-7 && fabs(a[6] - exp(-0.375)) < 1e-7 &&
                    fabs(a[7] - exp(-0.125)) < 1e-7 && a[0] == 0.0f && a[4] == 0.0f && a[8] == 0.0f;
     destroy(plan);

@@ -15,7 +15,7 @@ namespace cuda {
 template <typename T>
 struct BlockScanTemp {
     T warp_prefix[kMaxThreads / 32];   // per warp: the scan of everything before it
-    T carry;                        // the scan of all earlier tiles
+    T carry;                           // the scan of all earlier tiles
 };
 
 // A warp shuffle of an item of whole 32-bit words: `shuffle` moves each word.
@@ -91,7 +91,7 @@ __device__ __forceinline__ void block_scan_tile(T (&items)[ITEMS], BlockScanTemp
     }
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_BLOCK_SCAN_CUH
+#endif   // SDM_P1_KERNELS_BLOCK_SCAN_CUH

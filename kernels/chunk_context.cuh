@@ -16,8 +16,8 @@ namespace cuda {
 // Threads per block: kMaxThreads, or half as many for chunks small enough that two blocks
 // share an SM (phase1.cu: configure). Static temporaries are sized for kMaxThreads.
 constexpr int kMaxThreads = 512;
-constexpr int kSortTile = 4096;           // 64-bit keys per tile of the sort, whatever the block size
-constexpr int kScanItems = 8;             // positions per thread in a tile of the scans
+constexpr int kSortTile = 4096;   // 64-bit keys per tile of the sort, whatever the block size
+constexpr int kScanItems = 8;     // positions per thread in a tile of the scans
 constexpr uint32_t kNoError = 0xFFFFFFFFu;
 
 SDM_HD size_t align16(size_t b) { return (b + 15) / 16 * 16; }
@@ -91,9 +91,7 @@ struct LogArray {
     Interleaved<uint64_t> low;
     Interleaved<uint64_t> high;
     int shift;   // the compact form's shift, or kWideLog
-    __device__ Fix get(uint32_t r) const {
-        return shift >= 0 ? fix_shift_up(low[r], shift) : Fix{low[r], high[r]};
-    }
+    __device__ Fix get(uint32_t r) const { return shift >= 0 ? fix_shift_up(low[r], shift) : Fix{low[r], high[r]}; }
     // The stored words at r (the compact form: the low word alone).
     __device__ Fix raw(uint32_t r) const { return shift >= 0 ? Fix{low[r], 0u} : Fix{low[r], high[r]}; }
     // exp(log_i - log_j) of two stored values of one group (their difference, a sum of at
@@ -116,7 +114,7 @@ struct LogArray {
 // entry, in the forward scan) and log_high (read only by merge rounds, which chunks of up to
 // kSortTile entries do not have, and by chunks whose gates span over 63 bits).
 inline bool core_arrays_in_smem(const ArrayLayout& l) {
-    const Place* const core[] = {&l.writes, &l.before, &l.end, &l.firsts, &l.payload,
+    const Place* const core[] = {&l.writes,  &l.before,   &l.end,   &l.firsts,   &l.payload,
                                  &l.log_low, &l.position, &l.value, &l.walk_mask};
     for (const Place* p : core) {
         if (p->bytes != 0 && !p->in_smem) return false;
@@ -135,8 +133,8 @@ SDM_HD size_t runs_bytes(int C, int W, int count_bytes) {
 // counts of `count_bytes` (2 or 4); group_counts and slots: the plan needs firsts and slot.
 // The scans' arrays, which hold the stage, go first; then the others, first fit in the order
 // of how often they are read; the stage then grows into the room left.
-inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, bool slots,
-                                int count_bytes, size_t sort_bytes, size_t pair_bytes, size_t smem_limit) {
+inline ArrayLayout array_layout(int C, int W, int R, int gate_width, bool group_counts, bool slots, int count_bytes,
+                                size_t sort_bytes, size_t pair_bytes, size_t smem_limit) {
     const int n = C * (W + R);
     const size_t counts = align16(static_cast<size_t>(count_bytes) * n);
     ArrayLayout l{};
@@ -267,16 +265,14 @@ __device__ __forceinline__ unsigned long long general_chunk_count(const DeviceSt
 }
 
 // The chunks the main kernel left to the wide-log kernel (read by the wide-log kernel).
-__device__ __forceinline__ unsigned long long wide_chunk_count(const DeviceStatus& status) {
-    return ~status.wide_left;
-}
+__device__ __forceinline__ unsigned long long wide_chunk_count(const DeviceStatus& status) { return ~status.wide_left; }
 
 // The chunk a block is computing.
 struct Chunk {
     int64_t c;
-    int t_valid;        // valid tokens
-    int n;              // entries
-    int64_t id_base;    // first slot id of its stream
+    int t_valid;       // valid tokens
+    int n;             // entries
+    int64_t id_base;   // first slot id of its stream
 };
 
 // The block's slot array (ArrayLayout::slot), null where the plan has none. Found from the
@@ -294,7 +290,8 @@ __device__ __forceinline__ uint32_t* slot_array(const KernelArgs& a) {
 // slot_array.
 template <typename T>
 __device__ __forceinline__ T* runs_array(const KernelArgs& a) {
-    return reinterpret_cast<T*>(a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block + a.layout.runs.offset);
+    return reinterpret_cast<T*>(a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block +
+                                a.layout.runs.offset);
 }
 
 // Chunk c's valid tokens: by its stream's length where the launch has lengths (as the CPU
@@ -326,7 +323,7 @@ struct ChunkShared {
     int gate_bits;           // most magnitude bits of its gates (log_shift)
 };
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_CHUNK_CONTEXT_CUH
+#endif   // SDM_P1_KERNELS_CHUNK_CONTEXT_CUH

@@ -18,21 +18,21 @@ namespace cuda {
 struct KernelShape {
     int64_t N;
     int C, W, R;
-    int64_t P;               // streams (num_parallel)
+    int64_t P;   // streams (num_parallel)
     int64_t stream_offset;
     int64_t num_keys;
     int valid_last;
-    int gate_width;          // 1 or W
-    int rec_tile;            // L
-    bool idx64;              // int64 ids (else int32)
-    bool bf16;               // bfloat16 values and value-typed outputs (else float32)
-    bool group_counts;       // tiles or dc fields requested: the kernel counts groups
-    bool slots;              // sorted_rows with records: the kernel keeps each sorted position's slot
-    bool sorted_rows;        // the row fields in a pass of their own in sorted order, by a
-                             // kernel of its own (stage "records"); never set unless the
-                             // records or kspa are requested (cuda_backend.cpp decides)
-    bool shipped_fields;     // no field beyond SDM_P1_DET_SHIPPED's set: the main kernel
-                             // without the others' code
+    int gate_width;        // 1 or W
+    int rec_tile;          // L
+    bool idx64;            // int64 ids (else int32)
+    bool bf16;             // bfloat16 values and value-typed outputs (else float32)
+    bool group_counts;     // tiles or dc fields requested: the kernel counts groups
+    bool slots;            // sorted_rows with records: the kernel keeps each sorted position's slot
+    bool sorted_rows;      // the row fields in a pass of their own in sorted order, by a
+                           // kernel of its own (stage "records"); never set unless the
+                           // records or kspa are requested (cuda_backend.cpp decides)
+    bool shipped_fields;   // no field beyond SDM_P1_DET_SHIPPED's set: the main kernel
+                           // without the others' code
 };
 
 // The first bad input of an execute, on the device. `key` is UINT64_MAX when none was found,
@@ -69,29 +69,29 @@ struct Place {
 // memory where it fits, else in global scratch (array_layout says which). Counts and
 // positions are `Count`s: 16-bit words where n < 2^16, else 32-bit.
 struct ArrayLayout {
-    uint32_t stride;    // of the interleaved arrays (log_low to firsts)
-    Place log_low;      // uint64[n] LogArray::low; before the scans: the first buffer of
-                        // the sort keys (uint64). Interleaved, as the next six.
-    Place log_high;     // uint64[n] LogArray::high; before the scans: the second key buffer
-    Place payload;      // uint32[n] payload words, group heads set
-    Place writes;       // Count[n] write entries (valid or padding) before the position
-    Place before;       // Count[n] peers (valid entries of its kind) before it in its group
-    Place end;          // Count[n] last position of its group; in stage "pair sums", from
-                        // its start: the write row (Count[C * W], not interleaved: the
-                        // sorted position of each write entry, in order)
-    Place firsts;       // Count[n] valid first writes of groups at or after it (tiles,
-                        // dc_kpos / dc_bpre only)
-    Place position;     // Count[n] by entry: its sorted position
-    Place value;        // float[n] by entry: its k_val / q_val (0 for padding tokens)
-    Place gate;         // Fix[C * gate_width] the chunk's gates in fixed point
-    Place gate_exp;     // double[C] exp of each token's gate (per-token gates only)
-    Place walk_mask;    // uint32[C][mask_words(W) + mask_words(R)] per token: its write lanes,
-                        // then its read lanes, that have an earlier entry in their group
-    Place slot;         // uint32[n] by sorted position: its slot - id_base (KernelShape::slots)
-    Place runs;         // stage "pair sums", where writes repeat slots of their tokens
-                        // (ChunkRuns), always in global scratch: float[C * W] each write's
-                        // value by write-row index, then Count[C * W] its run, then
-                        // Count[C * W + 1] each run's first write-row index
+    uint32_t stride;   // of the interleaved arrays (log_low to firsts)
+    Place log_low;     // uint64[n] LogArray::low; before the scans: the first buffer of
+                       // the sort keys (uint64). Interleaved, as the next six.
+    Place log_high;    // uint64[n] LogArray::high; before the scans: the second key buffer
+    Place payload;     // uint32[n] payload words, group heads set
+    Place writes;      // Count[n] write entries (valid or padding) before the position
+    Place before;      // Count[n] peers (valid entries of its kind) before it in its group
+    Place end;         // Count[n] last position of its group; in stage "pair sums", from
+                       // its start: the write row (Count[C * W], not interleaved: the
+                       // sorted position of each write entry, in order)
+    Place firsts;      // Count[n] valid first writes of groups at or after it (tiles,
+                       // dc_kpos / dc_bpre only)
+    Place position;    // Count[n] by entry: its sorted position
+    Place value;       // float[n] by entry: its k_val / q_val (0 for padding tokens)
+    Place gate;        // Fix[C * gate_width] the chunk's gates in fixed point
+    Place gate_exp;    // double[C] exp of each token's gate (per-token gates only)
+    Place walk_mask;   // uint32[C][mask_words(W) + mask_words(R)] per token: its write lanes,
+                       // then its read lanes, that have an earlier entry in their group
+    Place slot;        // uint32[n] by sorted position: its slot - id_base (KernelShape::slots)
+    Place runs;        // stage "pair sums", where writes repeat slots of their tokens
+                       // (ChunkRuns), always in global scratch: float[C * W] each write's
+                       // value by write-row index, then Count[C * W] its run, then
+                       // Count[C * W + 1] each run's first write-row index
     // The stage temporaries (the sort's, the pair sums'), always in shared memory at
     // [stage, stage + stage_room). writes, before, end and firsts are written by the scans,
     // so where they are in shared memory the sort's temporaries share their bytes; the pair
@@ -109,10 +109,10 @@ struct ArrayLayout {
 
 // Divisions by a launch's run-time constants (Divider: a multiply and a shift each).
 struct Dividers {
-    Divider W, R, WR;    // W, R, W + R
+    Divider W, R, WR;   // W, R, W + R
     Divider C;
     Divider gate_width;
-    Divider tile;        // rec_tile
+    Divider tile;   // rec_tile
 };
 
 // Inputs, outputs and constants of one launch.
@@ -124,14 +124,14 @@ struct KernelArgs {
     const void* q_val;
     const float* g;
     const float* beta;
-    const void* stream_lengths;  // per-stream lengths, or null (the valid_last rule)
-    bool lengths64;             // stream_lengths are int64 (else int32)
+    const void* stream_lengths;   // per-stream lengths, or null (the valid_last rule)
+    bool lengths64;               // stream_lengths are int64 (else int32)
     OutputBuffers out;
-    char* scratch;              // global scratch (for the arrays not in shared memory), else null
+    char* scratch;   // global scratch (for the arrays not in shared memory), else null
     size_t scratch_per_block;
     ArrayLayout layout;
-    int entry_bits;             // bits of an entry index in a sort key
-    int key_bits;               // significant bits of a sort key
+    int entry_bits;   // bits of an entry index in a sort key
+    int key_bits;     // significant bits of a sort key
     Dividers div;
     DeviceStatus* status;
     uint64_t* chunk_value;
@@ -139,12 +139,12 @@ struct KernelArgs {
     // Plans with a lean kernel (kernels/lean/): the chunks it left to the main kernel (N
     // words), which then computes only those; null: the main kernel computes every chunk.
     unsigned long long* general_chunks;
-    LeanLayout lean;            // the lean kernel's layout (lean.threads == 0: none)
-    bool lean_vec_ids;          // the ids allow the lean kernel's 16-byte loads
-    bool lean_vec_entries;      // values, gates and entry fields allow its 4-lane accesses
+    LeanLayout lean;         // the lean kernel's layout (lean.threads == 0: none)
+    bool lean_vec_ids;       // the ids allow the lean kernel's 16-byte loads
+    bool lean_vec_entries;   // values, gates and entry fields allow its 4-lane accesses
 };
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_KERNEL_ARGS_H
+#endif   // SDM_P1_KERNELS_KERNEL_ARGS_H

@@ -14,20 +14,20 @@ namespace cuda {
 
 // How the kernel runs a plan's shape on one device (chosen at plan creation).
 struct LaunchConfig {
-    int grid;                 // blocks; each loops over chunks blockIdx.x, + gridDim.x, ...
-    int threads;              // per block: 512, or 256 for two blocks an SM
-    bool narrow_counts;       // the chunk's counts and positions in 16 bits (n < 2^16)
-    bool on_chip;             // the core arrays in shared memory (the kernel knows it)
-    bool sorted_rows;         // KernelShape::sorted_rows
-    bool shipped_fields;      // KernelShape::shipped_fields
-    bool dependent_launch;    // the wide-log kernel as a programmatic dependent launch (sm_90 on)
-    size_t smem_bytes;        // dynamic shared memory per block
-    size_t smem_limit;        // the most dynamic shared memory a block may have (the arrays
-                              // that do not fit in it go to global scratch)
-    size_t scratch_per_block; // bytes of global scratch per block (0: every array in shared memory)
-    LeanLayout lean;          // the lean kernel, launched first where lean.threads != 0
-                              // (kernels/lean/README.md); it leaves the chunks it cannot take
-                              // to the main kernel
+    int grid;                   // blocks; each loops over chunks blockIdx.x, + gridDim.x, ...
+    int threads;                // per block: 512, or 256 for two blocks an SM
+    bool narrow_counts;         // the chunk's counts and positions in 16 bits (n < 2^16)
+    bool on_chip;               // the core arrays in shared memory (the kernel knows it)
+    bool sorted_rows;           // KernelShape::sorted_rows
+    bool shipped_fields;        // KernelShape::shipped_fields
+    bool dependent_launch;      // the wide-log kernel as a programmatic dependent launch (sm_90 on)
+    size_t smem_bytes;          // dynamic shared memory per block
+    size_t smem_limit;          // the most dynamic shared memory a block may have (the arrays
+                                // that do not fit in it go to global scratch)
+    size_t scratch_per_block;   // bytes of global scratch per block (0: every array in shared memory)
+    LeanLayout lean;            // the lean kernel, launched first where lean.threads != 0
+                                // (kernels/lean/README.md); it leaves the chunks it cannot take
+                                // to the main kernel
 };
 
 // Chooses the launch configuration of `shape` for `device`, within `output_bytes` (the
@@ -35,8 +35,7 @@ struct LaunchConfig {
 // fills the plan's part of the kernels' arguments (the shape, the chunk layout, key bits,
 // dividers and the lean layout; the pointers stay null). Returns a cudaError_t value
 // (0: success).
-int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchConfig* config,
-              KernelArgs* args);
+int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchConfig* config, KernelArgs* args);
 
 // Enqueues one execute on `stream`: clears the status and repeats, then runs the lean kernel
 // (where the configuration has one), the main kernel and the wide-log kernel. `args` is
@@ -50,7 +49,7 @@ int launch(const LaunchConfig& config, const KernelArgs& args, void* stream);
 // benchmark and the logs.
 const char* kernel_name(const LaunchConfig& config);
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LAUNCH_H
+#endif   // SDM_P1_KERNELS_LAUNCH_H

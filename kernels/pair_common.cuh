@@ -111,7 +111,8 @@ __device__ __forceinline__ void set_walker_runs(const Arrays& arr, const ChunkRu
 __device__ __forceinline__ Walker shfl_walker(const Walker& w, int from, bool wide) {
     const auto word = [from](uint32_t x) { return __shfl_sync(kFullWarp, x, from); };
     const auto dword = [&word](uint64_t x) {
-        return static_cast<uint64_t>(word(static_cast<uint32_t>(x))) | static_cast<uint64_t>(word(static_cast<uint32_t>(x >> 32))) << 32;
+        return static_cast<uint64_t>(word(static_cast<uint32_t>(x))) |
+               static_cast<uint64_t>(word(static_cast<uint32_t>(x >> 32))) << 32;
     };
     Walker r;
     r.i = w.i;
@@ -154,7 +155,7 @@ __device__ __forceinline__ void store_cell_sums(const PairTerm* term, const uint
     }
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_PAIR_COMMON_CUH
+#endif   // SDM_P1_KERNELS_PAIR_COMMON_CUH

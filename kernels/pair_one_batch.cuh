@@ -28,7 +28,9 @@ constexpr uint32_t kOneBatchUnitTerms = 64;
 // S5 1.86 -> 2.21 ms in the half-size kernel; docs/performance.md, pair sums).
 constexpr int kOneBatchWalkers = 2;
 template <int Threads, bool SortedRows>
-__host__ __device__ constexpr int one_batch_walkers() { return Threads == kMaxThreads && !SortedRows ? 2 : 1; }
+__host__ __device__ constexpr int one_batch_walkers() {
+    return Threads == kMaxThreads && !SortedRows ? 2 : 1;
+}
 
 // The batch's room: the first walker of each unit (and the total), each walker's first term
 // (and the end), then the term list.
@@ -42,7 +44,8 @@ struct OneBatchRoom {
 
 // Bytes of first and offset (sized for the largest C and block).
 SDM_HD size_t one_batch_index_bytes() {
-    return align16(4 * static_cast<size_t>(2 * kMaxC + 1)) + align16(4 * static_cast<size_t>(kOneBatchWalkers * kMaxThreads + 1));
+    return align16(4 * static_cast<size_t>(2 * kMaxC + 1)) +
+           align16(4 * static_cast<size_t>(kOneBatchWalkers * kMaxThreads + 1));
 }
 
 // The least room of the path: the index and 128 terms (it takes what room the stage has).
@@ -181,7 +184,8 @@ __device__ __forceinline__ bool one_batch_units(const KernelArgs& a, const Chunk
         uint32_t q = w[x].r, pq;
         bool more = true;
         for (uint32_t t = 0; t < m[x] && walk_next(arr, w[x].i, w[x].qk, &q, &more, &pq); ++t) {
-            b.term[incl[x] - m[x] + t] = pair_term(w[x].v, entry_value(a, arr, pq), arr.log.exp_diff(w[x].lr, arr.log.raw(q)));
+            b.term[incl[x] - m[x] + t] =
+                pair_term(w[x].v, entry_value(a, arr, pq), arr.log.exp_diff(w[x].lr, arr.log.raw(q)));
             b.cell[incl[x] - m[x] + t] = static_cast<uint8_t>(payload_token(pq));
         }
     }
@@ -201,7 +205,7 @@ __device__ __forceinline__ bool one_batch_units(const KernelArgs& a, const Chunk
     return true;
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_PAIR_ONE_BATCH_CUH
+#endif   // SDM_P1_KERNELS_PAIR_ONE_BATCH_CUH

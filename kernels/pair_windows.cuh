@@ -101,7 +101,7 @@ __device__ __forceinline__ void warp_unit_windows(const KernelArgs& a, const Arr
     }
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_PAIR_WINDOWS_CUH
+#endif   // SDM_P1_KERNELS_PAIR_WINDOWS_CUH

@@ -26,8 +26,8 @@ bool narrow_counts(const KernelShape& s) { return s.C * (s.W + s.R) < 65536; }
 ArrayLayout chunk_layout(const KernelShape& s, int threads, size_t smem_limit) {
     const int count_bytes = narrow_counts(s) ? 2 : 4;
     const size_t sort = threads == kMaxThreads ? sort_bytes<kMaxThreads>() : sort_bytes<kMaxThreads / 2>();
-    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, s.slots, count_bytes, sort,
-                        pair_temp_bytes(), smem_limit);
+    return array_layout(s.C, s.W, s.R, s.gate_width, s.group_counts, s.slots, count_bytes, sort, pair_temp_bytes(),
+                        smem_limit);
 }
 
 // The main kernel of launch configuration c.
@@ -36,7 +36,7 @@ KernelFn kernel_for(const LaunchConfig& c) {
     return c.shipped_fields ? kernel_of<false, false, true>(c) : kernel_of<false, false>(c);
 }
 
-}  // namespace
+}   // namespace
 
 cudaError_t raise_smem_limit(KernelFn kernel, int device, SmemLimits* out) {
     int optin = 0, per_sm = 0, reserved = 0;
@@ -92,8 +92,9 @@ bool lean_ids_vectorized(const KernelShape& s, const void* k_idx, const void* q_
 bool lean_entries_vectorized(const KernelShape& s, const void* k_val, const void* q_val, const float* g,
                              const OutputBuffers& out) {
     const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0u; };
-    const void* const fields[] = {k_val, q_val, g, out.log_k, out.rex, out.cpe, out.k_eff, out.pos_k,
-                                  out.is_last, out.is_only, out.log_q, out.q_w, out.pos_q, out.q_last, out.q_only};
+    const void* const fields[] = {k_val,     q_val,     g,         out.log_k,   out.rex,
+                                  out.cpe,   out.k_eff, out.pos_k, out.is_last, out.is_only,
+                                  out.log_q, out.q_w,   out.pos_q, out.q_last,  out.q_only};
     for (const void* p : fields) {
         if (!aligned(p)) return false;   // null (a field not requested) is aligned
     }
@@ -130,13 +131,13 @@ KernelArgs kernel_constants(const KernelShape& s, const LaunchConfig& c) {
     // (stage "load"), which sorts them last all the same: a padding entry's index is above
     // every valid entry's. One bit less where num_keys is a power of two (S6: 32-bit keys).
     a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys - 1));
-    a.div = Dividers{make_divider(s.W), make_divider(s.R), make_divider(s.W + s.R),
+    a.div = Dividers{make_divider(s.W), make_divider(s.R),          make_divider(s.W + s.R),
                      make_divider(s.C), make_divider(s.gate_width), make_divider(s.rec_tile)};
     a.lean = c.lean;
     return a;
 }
 
-}  // namespace
+}   // namespace
 
 int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfig* config, KernelArgs* args) {
     int sms = 0;
@@ -233,5 +234,5 @@ int launch(const LaunchConfig& config, const KernelArgs& args, void* stream) {
     return launch_after_previous(wide_log_kernel(config), config, args, st);
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1

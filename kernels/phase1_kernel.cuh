@@ -55,15 +55,13 @@ union ScanTemp {
 // requests no field beyond SDM_P1_DET_SHIPPED's set (KernelShape::shipped_fields), and the
 // kernel carries no code for the others.
 template <int Threads, typename Count, bool OnChip, bool SortedRows, bool WideLog, bool ShippedFields>
-__global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
-    phase1_kernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(Threads, kMaxThreads / Threads) phase1_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
     __shared__ ChunkShared sh;
     __shared__ ScanTemp scan_temp;
     const KernelShape& s = a.s;
-    char* const global = a.scratch != nullptr
-                             ? a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block
-                             : nullptr;
+    char* const global =
+        a.scratch != nullptr ? a.scratch + static_cast<size_t>(blockIdx.x) * a.scratch_per_block : nullptr;
     char* const stage = smem + a.layout.stage;
     const size_t stage_room = a.layout.stage_room;
     ChunkArrays<Count> arr = bind_arrays<Count, OnChip>(smem, global, a.layout);
@@ -90,7 +88,7 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads)
     // The wide-log kernel's chunks, the lean kernel's leftovers (plans with a lean kernel), or
     // every chunk.
     const unsigned long long* const list = WideLog ? a.wide_chunks : general_list;
-    const int64_t chunks = WideLog            ? static_cast<int64_t>(wide_chunk_count(*a.status))
+    const int64_t chunks = WideLog           ? static_cast<int64_t>(wide_chunk_count(*a.status))
                            : list != nullptr ? static_cast<int64_t>(general_chunk_count(*a.status))
                                              : s.N;
     for (int64_t i = blockIdx.x; i < chunks; i += gridDim.x) {
@@ -155,9 +153,9 @@ KernelFn kernel_of(const LaunchConfig& c) {
                      : phase1_kernel<kMaxThreads, uint16_t, false, SortedRows, WideLog, ShippedFields>;
 }
 
-}  // namespace
+}   // namespace
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_PHASE1_KERNEL_CUH
+#endif   // SDM_P1_KERNELS_PHASE1_KERNEL_CUH

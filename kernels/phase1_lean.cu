@@ -38,7 +38,6 @@ int bits_of(int64_t v) {
     return b;
 }
 
-
 // The lean kernel serves plans of the default fields or fewer whose slots outnumber a
 // chunk's entries eightfold (uniform ids then leave about a ninth of the entries in groups),
 // with chunks of up to 16 * kLeanMaxThreads entries and 32-bit sort keys whose bucket bits
@@ -53,7 +52,7 @@ bool lean_serves(const KernelShape& s) {
     return entry_bits + slot_bits <= 32 && slot_bits >= bucket_bits;
 }
 
-}  // namespace
+}   // namespace
 
 LeanFn lean_kernel_for(const KernelShape& s) {
     return s.idx64 ? lean_of_values<int64_t>(s) : lean_of_values<int32_t>(s);
@@ -95,5 +94,5 @@ int lean_configure(const KernelShape& s, int device, int sms, LeanLayout* layout
     return cudaSuccess;   // no room: the main kernel computes every chunk
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1

@@ -8,5 +8,5 @@ namespace cuda {
 
 KernelFn sorted_rows_kernel(const LaunchConfig& c) { return kernel_of<true, false>(c); }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1

@@ -9,5 +9,5 @@ KernelFn wide_log_kernel(const LaunchConfig& c) {
     return c.sorted_rows ? kernel_of<true, true>(c) : kernel_of<false, true>(c);
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1

@@ -28,7 +28,7 @@ struct SmemLimits {
 // device may launch it with any amount up to that) and reports its limits.
 cudaError_t raise_smem_limit(KernelFn kernel, int device, SmemLimits* out);
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_SMEM_LIMITS_CUH
+#endif   // SDM_P1_KERNELS_SMEM_LIMITS_CUH

@@ -11,8 +11,7 @@ namespace cuda {
 // SortedRows: the kernel that writes the row fields in sorted order (write_records), which
 // keeps the slots where the plan has records.
 template <bool SortedRows, class Arrays>
-__device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, InterleavedKeys sorted,
-                              const Arrays& arr) {
+__device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, InterleavedKeys sorted, const Arrays& arr) {
     const KernelShape& s = a.s;
     const int W = s.W, WR = W + s.R;
     const uint64_t entry_mask = (uint64_t{1} << a.entry_bits) - 1u;
@@ -37,7 +36,7 @@ __device__ __forceinline__ void decode(const KernelArgs& a, const Chunk& k, Inte
     }
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_STAGE_DECODE_CUH
+#endif   // SDM_P1_KERNELS_STAGE_DECODE_CUH

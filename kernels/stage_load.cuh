@@ -81,7 +81,8 @@ __device__ __forceinline__ void load_kind(const KernelArgs& a, const Chunk& k, c
                     if (t < k.t_valid) {
                         const int64_t slot_id = static_cast<int64_t>(id[b][v]);
                         if (slot_id < k.id_base || slot_id - k.id_base >= s.num_keys) {
-                            atomicMin(&sh.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(j0 + v));
+                            atomicMin(&sh.error_code,
+                                      static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(j0 + v));
                         } else {
                             slot = static_cast<uint64_t>(slot_id - k.id_base);
                         }
@@ -98,8 +99,7 @@ __device__ __forceinline__ void load_kind(const KernelArgs& a, const Chunk& k, c
 // the ids) where the kind's lanes and arrays allow, else one. The kinds share one copy of
 // each loop (not unrolled).
 template <typename Id, typename Value, class Arrays>
-__device__ __forceinline__ void load_entries(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                             ChunkShared& sh) {
+__device__ __forceinline__ void load_entries(const KernelArgs& a, const Chunk& k, const Arrays& arr, ChunkShared& sh) {
     const KernelShape& s = a.s;
     constexpr int V = 16 / sizeof(Id);
 #pragma unroll 1
@@ -119,7 +119,7 @@ __device__ __forceinline__ void load_entries(const KernelArgs& a, const Chunk& k
 
 template <class Arrays>
 __device__ __forceinline__ void load_and_check(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                      ChunkShared& sh) {
+                                               ChunkShared& sh) {
     const KernelShape& s = a.s;
     const int W = s.W, R = s.R, WR = W + R, gw = s.gate_width;
     const uint32_t code_stride = static_cast<uint32_t>(WR + gw);
@@ -211,11 +211,10 @@ __device__ __forceinline__ void report_chunk_error(const KernelArgs& a, const Ch
         bits = f32_bits(a.g[tok * s.gate_width + (col - WR)]);
     }
     a.chunk_value[k.c] = bits;
-    atomicMin(&a.status->key,
-              static_cast<unsigned long long>(k.c) << kStatusCodeBits | sh.error_code);
+    atomicMin(&a.status->key, static_cast<unsigned long long>(k.c) << kStatusCodeBits | sh.error_code);
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_STAGE_LOAD_CUH
+#endif   // SDM_P1_KERNELS_STAGE_LOAD_CUH

@@ -48,7 +48,8 @@ __device__ __forceinline__ ChunkRuns<typename Arrays::Count> list_writes(const K
     __shared__ uint32_t run_count;
     const uint32_t nk = static_cast<uint32_t>(a.s.C * a.s.W);
     float* const run_value = runs_array<float>(a);
-    Count* const run_id = reinterpret_cast<Count*>(reinterpret_cast<char*>(run_value) + align16(4 * static_cast<size_t>(nk)));
+    Count* const run_id =
+        reinterpret_cast<Count*>(reinterpret_cast<char*>(run_value) + align16(4 * static_cast<size_t>(nk)));
     Count* const run_start = run_id + nk;
     block_scan_begin(scan);
     for (uint32_t base = 0; base < nk; base += blockDim.x * kScanItems) {
@@ -122,9 +123,8 @@ __device__ __forceinline__ void warp_units(const KernelArgs& a, const Chunk& k, 
 // The stage, in the stage room (`stage_room` bytes at stage): from ArrayLayout::pair on for
 // the one-batch path, from pair_rows on for the warp path.
 template <int Threads, bool SortedRows, class Arrays>
-__device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                          const ChunkShared& sh, char* stage, size_t stage_room,
-                                          BlockScanTemp<uint32_t>& scan) {
+__device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const Arrays& arr, const ChunkShared& sh,
+                                          char* stage, size_t stage_room, BlockScanTemp<uint32_t>& scan) {
     const uint32_t units = 2 * static_cast<uint32_t>(a.s.C);
     const size_t pair = a.layout.pair, rows = a.layout.pair_rows;
     __syncthreads();   // stage "records" has marked the walkers and read end for the last time
@@ -137,7 +137,7 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
     warp_units(a, k, arr, runs, stage + rows, stage_room - rows);
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_STAGE_PAIRS_CUH
+#endif   // SDM_P1_KERNELS_STAGE_PAIRS_CUH

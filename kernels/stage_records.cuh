@@ -64,10 +64,10 @@ __device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const Output
     const bool slot_needed = rows && (is_q ? (out.qrec || out.qrec8) : out.krec != nullptr);
     e.slot_key = 0;
     if (valid && slot_needed) {
-        e.slot_key = which == EntryOutputs::kRowFields
-                         ? static_cast<int64_t>(row_slot)
-                         : (is_q ? load_id(a.q_idx, s.idx64, tok * s.R + lane)
-                                 : load_id(a.k_idx, s.idx64, tok * s.W + lane)) - k.id_base;
+        e.slot_key = which == EntryOutputs::kRowFields ? static_cast<int64_t>(row_slot)
+                                                       : (is_q ? load_id(a.q_idx, s.idx64, tok * s.R + lane)
+                                                               : load_id(a.k_idx, s.idx64, tok * s.W + lane)) -
+                                                             k.id_base;
     }
     e.row_index = is_q ? r - arr.writes[r] : arr.writes[r];
     e.groups_before = (!is_q && arr.firsts) ? static_cast<int32_t>(valid_groups - arr.firsts[r]) : 0;
@@ -77,8 +77,8 @@ __device__ __forceinline__ EntryFacts facts_at(const KernelArgs& a, const Output
 // The facts of lane `lane` of token t (a read entry if is_q) for `which` of its outputs.
 template <class Arrays>
 __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const OutputBuffers& out, const Chunk& k,
-                                                  const Arrays& arr, int t, int lane, bool is_q,
-                                                  uint32_t valid_groups, EntryOutputs which) {
+                                                  const Arrays& arr, int t, int lane, bool is_q, uint32_t valid_groups,
+                                                  EntryOutputs which) {
     const uint32_t r = arr.position[t * (a.s.W + a.s.R) + (is_q ? a.s.W : 0) + lane];
     const uint32_t p = arr.payload[r] & ~kLastK;   // EntryFacts::payload has it clear
     return facts_at(a, out, k, arr, r, p, t, lane, is_q, valid_groups, which, true, 0u);
@@ -96,8 +96,8 @@ __device__ __forceinline__ OutputBuffers shipped_fields_of(const OutputBuffers& 
 // Marks the entry with payload p (lane `lane` of token t) in its unit's mask if it is a
 // walker. Stage "pair sums" reads these masks.
 template <class Arrays>
-__device__ __forceinline__ void mark_walker(const KernelArgs& a, const Arrays& arr, int t, int lane,
-                                            bool is_q, uint32_t p) {
+__device__ __forceinline__ void mark_walker(const KernelArgs& a, const Arrays& arr, int t, int lane, bool is_q,
+                                            uint32_t p) {
     if (!is_walker(p)) return;
     const int word = walk_mask_base(a.s.W, a.s.R, t, is_q) + (lane >> 5);
     // One atomic per mask word and warp: the walkers of a warp mostly share a word.
@@ -146,8 +146,8 @@ __device__ __forceinline__ void write_sorted_payloads(const KernelArgs& a, const
 // The row fields of every sorted position, in sorted order: a warp's stores to a row are
 // then mostly contiguous (in entry order they scatter over the row).
 template <class Arrays>
-__device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                           const ChunkFacts& f, uint32_t valid_groups) {
+__device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, const Arrays& arr, const ChunkFacts& f,
+                                           uint32_t valid_groups) {
     // Of the row fields, the records and kspa alone read the log facts and the value.
     const bool k_logs = a.out.krec || a.out.kspa, q_logs = a.out.qrec || a.out.qrec8;
     const uint32_t* const slots = slot_array(a);
@@ -158,9 +158,9 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
         const uint32_t slot = slots ? slots[r] : 0u;
         const uint32_t p = arr.payload[r] & ~kLastK;
         const bool is_q = (p & kIsQ) != 0u;
-        const EntryFacts e = facts_at(a, a.out, k, arr, static_cast<uint32_t>(r), p, payload_token(p),
-                                      static_cast<int>(p & kLaneMask), is_q, valid_groups,
-                                      EntryOutputs::kRowFields, is_q ? q_logs : k_logs, slot);
+        const EntryFacts e =
+            facts_at(a, a.out, k, arr, static_cast<uint32_t>(r), p, payload_token(p), static_cast<int>(p & kLaneMask),
+                     is_q, valid_groups, EntryOutputs::kRowFields, is_q ? q_logs : k_logs, slot);
         write_entry_outputs(a.out, f, e, EntryOutputs::kRowFields);
     }
 }
@@ -195,7 +195,7 @@ __device__ __forceinline__ void write_records(const KernelArgs& a, const OutputB
     write_sorted_payloads(a, k, arr);
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_STAGE_RECORDS_CUH
+#endif   // SDM_P1_KERNELS_STAGE_RECORDS_CUH

@@ -18,10 +18,10 @@ namespace cuda {
 // Forward scan element, wide: the exact 128-bit sum and 32-bit counters (any chunk).
 // Segmented by group head (sum, k, q), plain (writes).
 struct ForwardItem {
-    Fix sum;            // gates added in the group so far
-    uint32_t k, q;      // valid write / read entries of the group so far
-    uint32_t head;      // a group starts in this span
-    uint32_t writes;    // write entries (valid or padding) so far in the row
+    Fix sum;           // gates added in the group so far
+    uint32_t k, q;     // valid write / read entries of the group so far
+    uint32_t head;     // a group starts in this span
+    uint32_t writes;   // write entries (valid or padding) so far in the row
 
     // The gates as the sums take them: arr.gate as it is.
     __device__ static void prepare_gates(const KernelArgs&, Fix*, int) {}
@@ -55,8 +55,8 @@ struct ForwardOp {
 // counters (n < 2^16). Half the words of ForwardItem through every shuffle of the scan.
 constexpr uint32_t kSpanHead = 1u << 31;
 struct CompactForwardItem {
-    int64_t sum;        // gates added in the group so far, >> shift
-    uint32_t kq;        // valid write entries of the group so far, + valid read entries << 16
+    int64_t sum;            // gates added in the group so far, >> shift
+    uint32_t kq;            // valid write entries of the group so far, + valid read entries << 16
     uint32_t head_writes;   // kSpanHead: a group starts in this span; below it, the write
                             // entries (valid or padding) so far in the row
 
@@ -67,13 +67,10 @@ struct CompactForwardItem {
             gates[x].lo = fix_shift_down(gates[x], shift);
         }
     }
-    __device__ static int64_t gate_at(const Fix* gates, int x) {
-        return x < 0 ? 0 : static_cast<int64_t>(gates[x].lo);
-    }
+    __device__ static int64_t gate_at(const Fix* gates, int x) { return x < 0 ? 0 : static_cast<int64_t>(gates[x].lo); }
     __device__ static CompactForwardItem of(uint32_t p, int64_t gate) {
         const bool valid = !(p & kInvalid), is_q = (p & kIsQ) != 0u;
-        return CompactForwardItem{gate,
-                                  valid ? (is_q ? 1u << 16 : 1u) : 0u,
+        return CompactForwardItem{gate, valid ? (is_q ? 1u << 16 : 1u) : 0u,
                                   ((p & kHead) ? kSpanHead : 0u) | (is_q ? 0u : 1u)};
     }
     __device__ uint32_t valid_k() const { return kq & 0xFFFFu; }
@@ -90,8 +87,8 @@ struct CompactForwardOp {
         CompactForwardItem r;
         r.sum = head ? y.sum : x.sum + y.sum;
         r.kq = head ? y.kq : x.kq + y.kq;   // each half stays below 2^16: no carry between them
-        r.head_writes = ((x.head_writes | y.head_writes) & kSpanHead) +
-                        (x.head_writes & ~kSpanHead) + (y.head_writes & ~kSpanHead);
+        r.head_writes =
+            ((x.head_writes | y.head_writes) & kSpanHead) + (x.head_writes & ~kSpanHead) + (y.head_writes & ~kSpanHead);
         return r;
     }
 };
@@ -137,8 +134,8 @@ __device__ __forceinline__ int gate_added(const KernelArgs& a, uint32_t p, uint3
 // The forward scan with elements of type Item (ForwardItem or CompactForwardItem), Op its
 // operator. A thread's positions are col * 8 + i (blocked order): it reads each payload once.
 template <class Item, class Op, class Arrays>
-__device__ __forceinline__ void forward_tiles(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                              ChunkShared& sh, BlockScanTemp<Item>& temp) {
+__device__ __forceinline__ void forward_tiles(const KernelArgs& a, const Chunk& k, const Arrays& arr, ChunkShared& sh,
+                                              BlockScanTemp<Item>& temp) {
     using Count = typename Arrays::Count;
     const int n = k.n;
     Item::prepare_gates(a, arr.gate, arr.log.shift);
@@ -166,8 +163,9 @@ __device__ __forceinline__ void forward_tiles(const KernelArgs& a, const Chunk& 
             if (r0 + i < n) {
                 const bool valid = !(p[i] & kInvalid), is_q = (p[i] & kIsQ) != 0u;
                 item[i].store_log(arr.log, col, i);
-                arr.before.at(col, i) = static_cast<Count>(
-                    !valid ? 0u : is_q ? item[i].valid_q() - 1u : item[i].valid_k() - 1u);
+                arr.before.at(col, i) = static_cast<Count>(!valid ? 0u
+                                                           : is_q ? item[i].valid_q() - 1u
+                                                                  : item[i].valid_k() - 1u);
                 arr.writes.at(col, i) = static_cast<Count>(item[i].write_count() - (is_q ? 0u : 1u));
             }
         }
@@ -181,8 +179,8 @@ __device__ __forceinline__ void forward_tiles(const KernelArgs& a, const Chunk& 
 // The compact elements where the chunk's log-cumsums have the compact form and its counts
 // 16 bits (the usual case), else the wide ones.
 template <class Arrays>
-__device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                             ChunkShared& sh, ForwardScanTemp& temp) {
+__device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k, const Arrays& arr, ChunkShared& sh,
+                                             ForwardScanTemp& temp) {
     if constexpr (sizeof(typename Arrays::Count) == 2) {
         if (arr.log.shift >= 0) {
             forward_tiles<CompactForwardItem, CompactForwardOp>(a, k, arr, sh, temp.compact);
@@ -196,8 +194,8 @@ __device__ __forceinline__ void scan_forward(const KernelArgs& a, const Chunk& k
 // in the thread's list, so each payload is read once. A group's last valid write gets its
 // payload's kLastK bit here (stage "records" stores the payloads as they are).
 template <class Arrays>
-__device__ __forceinline__ void scan_backward(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                              ChunkShared& sh, BlockScanTemp<BackwardItem>& temp) {
+__device__ __forceinline__ void scan_backward(const KernelArgs& a, const Chunk& k, const Arrays& arr, ChunkShared& sh,
+                                              BlockScanTemp<BackwardItem>& temp) {
     using Count = typename Arrays::Count;
     const int n = k.n;
     block_scan_begin(temp);
@@ -239,7 +237,7 @@ __device__ __forceinline__ void scan_backward(const KernelArgs& a, const Chunk& 
     }
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_STAGE_SCANS_CUH
+#endif   // SDM_P1_KERNELS_STAGE_SCANS_CUH

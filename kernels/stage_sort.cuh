@@ -172,10 +172,9 @@ __device__ __forceinline__ void copy_keys(InterleavedKeys dst, InterleavedKeys s
 // tile sort cost the shapes that do not take it up to 0.5 %, and S6 with every field, which
 // takes it, 0.8 %).
 template <int Threads, bool MatchRanked>
-__device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, const Chunk& k,
-                                                       InterleavedKeys keys, InterleavedKeys alt,
-                                                       InterleavedKeys staged,
-                                                       SortTemp<Threads>& temp) {
+__device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, const Chunk& k, InterleavedKeys keys,
+                                                        InterleavedKeys alt, InterleavedKeys staged,
+                                                        SortTemp<Threads>& temp) {
     constexpr int kItems = kSortTile / Threads;
     static_assert(kSortTile % kMergeSpan == 0, "a merge span lies in one run pair");
     const int n = k.n;
@@ -211,7 +210,7 @@ __device__ __forceinline__ InterleavedKeys sort_entries(const KernelArgs& a, con
     return src;
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_STAGE_SORT_CUH
+#endif   // SDM_P1_KERNELS_STAGE_SORT_CUH

@@ -45,7 +45,7 @@ void require_plan(const sdm_p1_plan* plan, const char* who) {
     if (plan == nullptr) sdm_p1::fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": plan is NULL");
 }
 
-}  // namespace
+}   // namespace
 
 extern "C" {
 
@@ -60,14 +60,22 @@ const char* sdm_p1_status_string(sdm_p1_status status) {
     int value = 0;
     std::memcpy(&value, &status, sizeof value);
     switch (value) {
-        case SDM_P1_SUCCESS: return "SDM_P1_SUCCESS";
-        case SDM_P1_ERROR_INVALID_ARGUMENT: return "SDM_P1_ERROR_INVALID_ARGUMENT";
-        case SDM_P1_ERROR_UNSUPPORTED: return "SDM_P1_ERROR_UNSUPPORTED";
-        case SDM_P1_ERROR_INVALID_INPUT: return "SDM_P1_ERROR_INVALID_INPUT";
-        case SDM_P1_ERROR_OUT_OF_MEMORY: return "SDM_P1_ERROR_OUT_OF_MEMORY";
-        case SDM_P1_ERROR_BACKEND_UNAVAILABLE: return "SDM_P1_ERROR_BACKEND_UNAVAILABLE";
-        case SDM_P1_ERROR_CUDA: return "SDM_P1_ERROR_CUDA";
-        case SDM_P1_ERROR_INTERNAL: return "SDM_P1_ERROR_INTERNAL";
+        case SDM_P1_SUCCESS:
+            return "SDM_P1_SUCCESS";
+        case SDM_P1_ERROR_INVALID_ARGUMENT:
+            return "SDM_P1_ERROR_INVALID_ARGUMENT";
+        case SDM_P1_ERROR_UNSUPPORTED:
+            return "SDM_P1_ERROR_UNSUPPORTED";
+        case SDM_P1_ERROR_INVALID_INPUT:
+            return "SDM_P1_ERROR_INVALID_INPUT";
+        case SDM_P1_ERROR_OUT_OF_MEMORY:
+            return "SDM_P1_ERROR_OUT_OF_MEMORY";
+        case SDM_P1_ERROR_BACKEND_UNAVAILABLE:
+            return "SDM_P1_ERROR_BACKEND_UNAVAILABLE";
+        case SDM_P1_ERROR_CUDA:
+            return "SDM_P1_ERROR_CUDA";
+        case SDM_P1_ERROR_INTERNAL:
+            return "SDM_P1_ERROR_INTERNAL";
     }
     return "SDM_P1_UNKNOWN_STATUS";
 }
@@ -116,8 +124,8 @@ sdm_p1_status sdm_p1_outputs(const sdm_p1_plan* plan, sdm_p1_tensor* views, int3
     });
 }
 
-sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
-                             void* const* outputs, int32_t count, void* stream) {
+sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs, void* const* outputs, int32_t count,
+                             void* stream) {
     return guarded([&] {
         require_plan(plan, "sdm_p1_execute");
         sdm_p1::execute_plan(*plan, inputs, outputs, count, stream);
@@ -125,8 +133,8 @@ sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
 }
 
 sdm_p1_status sdm_p1_execute_backward(sdm_p1_plan* plan, const sdm_p1_inputs* inputs, const int32_t* payload,
-                                      const void* const* grads, int32_t count,
-                                      const sdm_p1_input_grads* out, void* stream) {
+                                      const void* const* grads, int32_t count, const sdm_p1_input_grads* out,
+                                      void* stream) {
     return guarded([&] {
         require_plan(plan, "sdm_p1_execute_backward");
         sdm_p1::execute_backward_plan(*plan, inputs, payload, grads, count, out, stream);
@@ -180,4 +188,4 @@ sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* vi
     });
 }
 
-}  // extern "C"
+}   // extern "C"

@@ -56,6 +56,6 @@ public:
     virtual void check_status(const Options& o, void* workspace) const = 0;
 };
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_BACKEND_H
+#endif   // SDM_P1_BACKEND_H

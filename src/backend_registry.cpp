@@ -21,7 +21,7 @@ std::unique_ptr<Backend> make_cuda_backend(Options& o) {
     return std::make_unique<cuda::Backend>(o.device);
 }
 
-}  // namespace
+}   // namespace
 
 #else
 
@@ -35,7 +35,7 @@ std::unique_ptr<Backend> make_cuda_backend(Options&) {
     fail(SDM_P1_ERROR_INTERNAL, "a CUDA plan in a libsdmp1 built without the CUDA backend");
 }
 
-}  // namespace
+}   // namespace
 
 #endif
 
@@ -64,8 +64,7 @@ sdm_p1_backend resolve_backend(int32_t requested) {
             }
             return SDM_P1_BACKEND_CUDA;
     }
-    fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.backend = ", requested,
-         ": not an sdm_p1_backend");
+    fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.backend = ", requested, ": not an sdm_p1_backend");
 }
 
 std::unique_ptr<Backend> make_backend(Options& o) {
@@ -73,4 +72,4 @@ std::unique_ptr<Backend> make_backend(Options& o) {
     return make_cuda_backend(o);
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1

@@ -31,6 +31,6 @@ void require_cuda(const char* who);
 // Devices the CUDA backend can use (0 without a driver or device); require_cuda(who) first.
 int32_t cuda_device_count(const char* who);
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_BACKEND_REGISTRY_H
+#endif   // SDM_P1_BACKEND_REGISTRY_H

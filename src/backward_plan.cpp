@@ -25,11 +25,14 @@ size_t upstream_element_bytes(int f, const Options& o) {
         case SDM_P1_FIELD_KREC:
         case SDM_P1_FIELD_KSPA:
         case SDM_P1_FIELD_QREC:
-        case SDM_P1_FIELD_QREC8: return 4;
+        case SDM_P1_FIELD_QREC8:
+            return 4;
         case SDM_P1_FIELD_CPE:
         case SDM_P1_FIELD_K_EFF:
-        case SDM_P1_FIELD_Q_W: return o.bf16 ? 2 : 4;
-        default: return 0;
+        case SDM_P1_FIELD_Q_W:
+            return o.bf16 ? 2 : 4;
+        default:
+            return 0;
     }
 }
 
@@ -88,11 +91,10 @@ InputGradBuffers checked_grad_buffers(const Options& o, const sdm_p1_input_grads
     return InputGradBuffers{out.k_val, out.q_val, out.g, out.beta};
 }
 
-}  // namespace
+}   // namespace
 
 void execute_backward_plan(sdm_p1_plan& plan, const sdm_p1_inputs* inputs, const int32_t* payload,
-                           const void* const* grads, int32_t count, const sdm_p1_input_grads* out,
-                           void* stream) {
+                           const void* const* grads, int32_t count, const sdm_p1_input_grads* out, void* stream) {
     const Options& o = plan.options;
     if (!o.backward) {
         fail(SDM_P1_ERROR_INVALID_ARGUMENT, kWho,
@@ -109,4 +111,4 @@ void execute_backward_plan(sdm_p1_plan& plan, const sdm_p1_inputs* inputs, const
     plan.backend->execute_backward(o, b, plan.workspace.data(), stream);
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1

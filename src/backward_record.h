@@ -12,12 +12,12 @@
 namespace sdm_p1 {
 
 struct BackwardRecord {
-    InputRecord in;            // the forward's inputs (ids null when payload is given; no outputs)
-    const int32_t* payload;    // [N, row] the forward's sort, or null: sort again from the ids
-    UpstreamGrads up;          // null: zero
-    InputGradBuffers grads;    // null: not requested
+    InputRecord in;           // the forward's inputs (ids null when payload is given; no outputs)
+    const int32_t* payload;   // [N, row] the forward's sort, or null: sort again from the ids
+    UpstreamGrads up;         // null: zero
+    InputGradBuffers grads;   // null: not requested
 };
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_BACKWARD_RECORD_H
+#endif   // SDM_P1_BACKWARD_RECORD_H

@@ -33,8 +33,7 @@ inline bool add_within(size_t a, size_t b, size_t* out) {
 // Refuses a plan whose array `what` (streamable parts) would exceed kMaxBytes.
 template <typename... What>
 [[noreturn]] void too_large(const What&... what) {
-    fail(SDM_P1_ERROR_UNSUPPORTED, "sdm_p1_plan_create: ", what...,
-         " would take more than PTRDIFF_MAX = ", PTRDIFF_MAX,
+    fail(SDM_P1_ERROR_UNSUPPORTED, "sdm_p1_plan_create: ", what..., " would take more than PTRDIFF_MAX = ", PTRDIFF_MAX,
          " bytes, more than sizes and offsets can hold: the plan is too large");
 }
 
@@ -59,6 +58,6 @@ size_t checked_align_up(size_t bytes, size_t align, const What&... what) {
     return checked_add(bytes, align - 1, what...) / align * align;
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CHECKED_SIZE_H
+#endif   // SDM_P1_CHECKED_SIZE_H

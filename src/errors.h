@@ -13,8 +13,7 @@ namespace sdm_p1 {
 
 class Error : public std::runtime_error {
 public:
-    Error(sdm_p1_status status, const std::string& message)
-        : std::runtime_error(message), status_(status) {}
+    Error(sdm_p1_status status, const std::string& message) : std::runtime_error(message), status_(status) {}
     sdm_p1_status status() const { return status_; }
 
 private:
@@ -33,6 +32,6 @@ template <typename... Parts>
 void set_last_error(const std::string& message);
 const char* last_error();
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_ERRORS_H
+#endif   // SDM_P1_ERRORS_H

@@ -10,13 +10,12 @@ namespace sdm_p1 {
 void require_pointer(const char* who, const char* kind, const char* name, const void* p, size_t align) {
     if (p == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": ", kind, name, " is NULL");
     if (reinterpret_cast<uintptr_t>(p) % align != 0u) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": ", kind, name, " is not aligned to its element size (",
-             align, " bytes)");
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": ", kind, name, " is not aligned to its element size (", align,
+             " bytes)");
     }
 }
 
-InputRecord checked_inputs(const char* who, const Options& o, const sdm_p1_inputs* caller,
-                           const InputNeeds& needs) {
+InputRecord checked_inputs(const char* who, const Options& o, const sdm_p1_inputs* caller, const InputNeeds& needs) {
     if (caller == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": inputs is NULL");
     StructLayout layout = kInputsLayout;   // its messages name the calling function
     layout.function = who;
@@ -44,8 +43,8 @@ InputRecord checked_inputs(const char* who, const Options& o, const sdm_p1_input
         const int32_t dt = in.stream_lengths_dtype;
         if (dt != SDM_P1_DTYPE_INT32 && dt != SDM_P1_DTYPE_INT64) {
             fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": inputs->stream_lengths_dtype = ", dt,
-                 " must be SDM_P1_DTYPE_INT32 (", SDM_P1_DTYPE_INT32, ") or SDM_P1_DTYPE_INT64 (",
-                 SDM_P1_DTYPE_INT64, ") when inputs->stream_lengths is set");
+                 " must be SDM_P1_DTYPE_INT32 (", SDM_P1_DTYPE_INT32, ") or SDM_P1_DTYPE_INT64 (", SDM_P1_DTYPE_INT64,
+                 ") when inputs->stream_lengths is set");
         }
         require_pointer(who, "inputs->", "stream_lengths", in.stream_lengths, dt == SDM_P1_DTYPE_INT64 ? 8 : 4);
     }
@@ -62,4 +61,4 @@ InputRecord checked_inputs(const char* who, const Options& o, const sdm_p1_input
     return record;
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1

@@ -14,19 +14,18 @@ namespace sdm_p1 {
 
 // What an execute needs of the inputs besides k_val, q_val and g (always needed).
 struct InputNeeds {
-    bool ids;                   // k_idx and q_idx
-    const char* beta_reason;    // non-null: beta is needed, for this reason (the message's)
+    bool ids;                  // k_idx and q_idx
+    const char* beta_reason;   // non-null: beta is needed, for this reason (the message's)
 };
 
 // The caller's inputs, checked for the C function `who`; the record's output buffers are left
 // empty. Throws INVALID_ARGUMENT naming the field. Pointers not needed are not kept (null).
-InputRecord checked_inputs(const char* who, const Options& o, const sdm_p1_inputs* caller,
-                           const InputNeeds& needs);
+InputRecord checked_inputs(const char* who, const Options& o, const sdm_p1_inputs* caller, const InputNeeds& needs);
 
 // Throws INVALID_ARGUMENT unless p is non-null and a multiple of `align`: "<who>: <kind><name>
 // is NULL" or "... is not aligned to its element size (<align> bytes)".
 void require_pointer(const char* who, const char* kind, const char* name, const void* p, size_t align);
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_INPUT_CHECKS_H
+#endif   // SDM_P1_INPUT_CHECKS_H

@@ -13,10 +13,10 @@ namespace sdm_p1 {
 // The first bad input found in a chunk (entry order: per token, its ids, then its gates).
 struct InputError {
     bool found;
-    bool gate;      // a gate (else an id)
+    bool gate;   // a gate (else an id)
     int token;
-    int lane;       // write or read column (for an id), gate column (for a gate)
-    bool is_q;      // the id is a read id
+    int lane;    // write or read column (for an id), gate column (for a gate)
+    bool is_q;   // the id is a read id
     int64_t id;
     float gate_value;
 };
@@ -35,6 +35,6 @@ struct InputError {
 // elements) lies outside 0..steps * C, or -1 when every one is in range.
 int64_t first_bad_length(const Options& o, const void* lengths, bool lengths64);
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_INPUT_ERROR_H
+#endif   // SDM_P1_INPUT_ERROR_H

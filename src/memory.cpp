@@ -11,22 +11,24 @@ Block::Block(const sdm_p1_allocator& allocator, size_t bytes, size_t align) : al
     if (bytes == 0) return;
     void* p = nullptr;
     if (allocator_.alloc(allocator_.ctx, &p, bytes, nullptr) != 0 || p == nullptr) {
-        fail(SDM_P1_ERROR_OUT_OF_MEMORY, "sdm_p1_plan_create: the allocator could not provide ",
-             bytes, " bytes");
+        fail(SDM_P1_ERROR_OUT_OF_MEMORY, "sdm_p1_plan_create: the allocator could not provide ", bytes, " bytes");
     }
     data_ = p;
     bytes_ = bytes;
     if (reinterpret_cast<uintptr_t>(p) % align != 0u) {
         release();   // the block goes back to the allocator before the error leaves
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_create: the allocator returned a block "
-             "that is not aligned to ", align, " bytes");
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT,
+             "sdm_p1_plan_create: the allocator returned a block "
+             "that is not aligned to ",
+             align, " bytes");
     }
 }
 
 Block::~Block() { release(); }
 
 Block::Block(Block&& other) noexcept
-    : allocator_(other.allocator_), data_(std::exchange(other.data_, nullptr)),
+    : allocator_(other.allocator_),
+      data_(std::exchange(other.data_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)) {}
 
 Block& Block::operator=(Block&& other) noexcept {
@@ -45,4 +47,4 @@ void Block::release() noexcept {
     bytes_ = 0;
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1

@@ -32,6 +32,6 @@ private:
     size_t bytes_ = 0;
 };
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_MEMORY_H
+#endif   // SDM_P1_MEMORY_H

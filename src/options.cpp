@@ -24,7 +24,7 @@ void require_supported(bool ok, const char* field, int64_t value, const char* ru
     if (!ok) fail(SDM_P1_ERROR_UNSUPPORTED, "sdm_p1_desc.", field, " = ", value, ": ", rule);
 }
 
-}  // namespace
+}   // namespace
 
 int Options::row() const { return (n() + kRowAlign - 1) / kRowAlign * kRowAlign; }
 
@@ -32,8 +32,8 @@ Options resolve_options(const sdm_p1_desc* desc) {
     if (desc == nullptr) fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_create: desc is NULL");
     if (desc->struct_size < kDescMinSize || desc->magic != SDM_P1_DESC_MAGIC) {
         fail(SDM_P1_ERROR_INVALID_ARGUMENT,
-             "sdm_p1_plan_create: desc was not filled from SDM_P1_DESC_INITIALIZER (struct_size ",
-             desc->struct_size, ", magic ", desc->magic, ")");
+             "sdm_p1_plan_create: desc was not filled from SDM_P1_DESC_INITIALIZER (struct_size ", desc->struct_size,
+             ", magic ", desc->magic, ")");
     }
     if (desc->version / 10000 != SDM_P1_VERSION_MAJOR) {
         fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_plan_create: desc->version = ", desc->version,
@@ -52,8 +52,8 @@ Options resolve_options(const sdm_p1_desc* desc) {
     require_supported(d.R <= kMaxLanes, "R", d.R, "at most 256 read slots per token are supported");
     const int64_t n = d.C * (d.W + d.R);
     if (n > kMaxRowEntries) {
-        fail(SDM_P1_ERROR_UNSUPPORTED, "sdm_p1_desc: C * (W + R) = ", d.C, " * (", d.W, " + ", d.R,
-             ") = ", n, " exceeds the supported 2^17 = ", kMaxRowEntries, " entries per chunk");
+        fail(SDM_P1_ERROR_UNSUPPORTED, "sdm_p1_desc: C * (W + R) = ", d.C, " * (", d.W, " + ", d.R, ") = ", n,
+             " exceeds the supported 2^17 = ", kMaxRowEntries, " entries per chunk");
     }
     o.N = d.N;
     o.C = static_cast<int>(d.C);
@@ -66,40 +66,37 @@ Options resolve_options(const sdm_p1_desc* desc) {
              " does not divide N = ", d.N);
     }
     o.P = d.num_parallel;
-    require(d.num_keys >= 1 && d.num_keys <= (int64_t{1} << 32), "num_keys", d.num_keys,
-            "must be in 1..2^32");
+    require(d.num_keys >= 1 && d.num_keys <= (int64_t{1} << 32), "num_keys", d.num_keys, "must be in 1..2^32");
     o.num_keys = d.num_keys;
     require(d.stream_offset >= 0, "stream_offset", d.stream_offset, "must not be negative");
     // The largest id, (P - 1) * stream_offset + num_keys - 1, must fit int64.
-    require(o.P == 1 || d.stream_offset <= (INT64_MAX - d.num_keys) / (o.P - 1), "stream_offset",
-            d.stream_offset, "the streams' id ranges overflow int64");
+    require(o.P == 1 || d.stream_offset <= (INT64_MAX - d.num_keys) / (o.P - 1), "stream_offset", d.stream_offset,
+            "the streams' id ranges overflow int64");
     o.stream_offset = d.stream_offset;
 
     const int64_t vl = d.valid_last == SDM_P1_UNSET ? d.C : d.valid_last;
     require(vl >= 1 && vl <= d.C, "valid_last", d.valid_last, "must be in 1..C");
     o.valid_last = static_cast<int>(vl);
 
-    require(d.index_dtype == SDM_P1_DTYPE_INT32 || d.index_dtype == SDM_P1_DTYPE_INT64,
-            "index_dtype", d.index_dtype, "ids must be SDM_P1_DTYPE_INT32 or SDM_P1_DTYPE_INT64");
+    require(d.index_dtype == SDM_P1_DTYPE_INT32 || d.index_dtype == SDM_P1_DTYPE_INT64, "index_dtype", d.index_dtype,
+            "ids must be SDM_P1_DTYPE_INT32 or SDM_P1_DTYPE_INT64");
     o.idx64 = d.index_dtype == SDM_P1_DTYPE_INT64;
-    require(d.value_dtype == SDM_P1_DTYPE_FLOAT32 || d.value_dtype == SDM_P1_DTYPE_BFLOAT16,
-            "value_dtype", d.value_dtype,
-            "values must be SDM_P1_DTYPE_FLOAT32 or SDM_P1_DTYPE_BFLOAT16");
+    require(d.value_dtype == SDM_P1_DTYPE_FLOAT32 || d.value_dtype == SDM_P1_DTYPE_BFLOAT16, "value_dtype",
+            d.value_dtype, "values must be SDM_P1_DTYPE_FLOAT32 or SDM_P1_DTYPE_BFLOAT16");
     o.bf16 = d.value_dtype == SDM_P1_DTYPE_BFLOAT16;
     require(d.gate_width == 1 || d.gate_width == d.W, "gate_width", d.gate_width,
             "gates are per token (1) or per write (W)");
     o.gate_width = static_cast<int>(d.gate_width);
 
-    require(d.need_read_groups == SDM_P1_UNSET || d.need_read_groups == 0 ||
-                d.need_read_groups == 1,
+    require(d.need_read_groups == SDM_P1_UNSET || d.need_read_groups == 0 || d.need_read_groups == 1,
             "need_read_groups", d.need_read_groups, "must be 0, 1 or SDM_P1_UNSET");
     o.read_groups = d.need_read_groups != 0;
 
     const int64_t df = d.det_fields == SDM_P1_UNSET ? SDM_P1_DET_SHIPPED : d.det_fields;
     if (df < 0 || (df & ~int64_t{SDM_P1_DET_ALL}) != 0) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.det_fields = ", d.det_fields,
-             ": unknown bits ", (df & ~int64_t{SDM_P1_DET_ALL}),
-             " (1024, dc_rec, is refused; known: SDM_P1_DET_ALL = ", SDM_P1_DET_ALL, ")");
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.det_fields = ", d.det_fields, ": unknown bits ",
+             (df & ~int64_t{SDM_P1_DET_ALL}), " (1024, dc_rec, is refused; known: SDM_P1_DET_ALL = ", SDM_P1_DET_ALL,
+             ")");
     }
     o.det_fields = static_cast<uint32_t>(df);
 
@@ -115,8 +112,10 @@ Options resolve_options(const sdm_p1_desc* desc) {
     if (o.has(SDM_P1_DET_KREC) || (o.read_groups && o.has(SDM_P1_DET_QREC | SDM_P1_DET_QREC8))) {
         const int64_t max_id = (o.P - 1) * o.stream_offset + o.num_keys - 1;
         if (max_id > INT32_MAX) {
-            fail(SDM_P1_ERROR_UNSUPPORTED, "sdm_p1_desc: the records (krec, qrec, qrec8) hold slot ids "
-                 "in 32 bits, but ids reach (num_parallel - 1) * stream_offset + num_keys - 1 = ", max_id);
+            fail(SDM_P1_ERROR_UNSUPPORTED,
+                 "sdm_p1_desc: the records (krec, qrec, qrec8) hold slot ids "
+                 "in 32 bits, but ids reach (num_parallel - 1) * stream_offset + num_keys - 1 = ",
+                 max_id);
         }
     }
 
@@ -133,15 +132,14 @@ Options resolve_options(const sdm_p1_desc* desc) {
     if (threads > o.N) threads = static_cast<int>(o.N);
     o.num_threads = threads;
 
-    require(d.output_mode == SDM_P1_OUTPUTS_PLAN || d.output_mode == SDM_P1_OUTPUTS_CALLER,
-            "output_mode", d.output_mode, "must be SDM_P1_OUTPUTS_PLAN or SDM_P1_OUTPUTS_CALLER");
+    require(d.output_mode == SDM_P1_OUTPUTS_PLAN || d.output_mode == SDM_P1_OUTPUTS_CALLER, "output_mode",
+            d.output_mode, "must be SDM_P1_OUTPUTS_PLAN or SDM_P1_OUTPUTS_CALLER");
     o.output_mode = static_cast<sdm_p1_output_mode>(d.output_mode);
 
     const sdm_p1_allocator& a = d.allocator;
     const bool none = a.alloc == nullptr && a.free == nullptr;
     if (!none && (a.alloc == nullptr || a.free == nullptr)) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT,
-             "sdm_p1_desc.allocator: set both alloc and free, or neither (the default)");
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.allocator: set both alloc and free, or neither (the default)");
     }
     o.allocator = a;
 
@@ -186,7 +184,7 @@ sdm_p1_desc describe_options(const Options& o) {
     return d;
 }
 
-}  // namespace
+}   // namespace
 
 void report_options(const Options& o, sdm_p1_desc* out) {
     // A descriptor filled from the initializer says how much room it has; one that was not
@@ -198,4 +196,4 @@ void report_options(const Options& o, sdm_p1_desc* out) {
     std::memcpy(out, &d, n);
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1

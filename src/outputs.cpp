@@ -10,11 +10,15 @@ namespace {
 
 size_t dtype_bytes(int32_t dtype) {
     switch (dtype) {
-        case SDM_P1_DTYPE_INT8: return 1;
-        case SDM_P1_DTYPE_BFLOAT16: return 2;
+        case SDM_P1_DTYPE_INT8:
+            return 1;
+        case SDM_P1_DTYPE_BFLOAT16:
+            return 2;
         case SDM_P1_DTYPE_INT32:
-        case SDM_P1_DTYPE_FLOAT32: return 4;
-        default: return 8;
+        case SDM_P1_DTYPE_FLOAT32:
+            return 4;
+        default:
+            return 8;
     }
 }
 
@@ -25,8 +29,8 @@ std::string shape_text(const sdm_p1_tensor& t) {
     return s + "]";
 }
 
-sdm_p1_tensor view(const char* name, int32_t dtype, bool requested, int ndim, int64_t d0,
-                   int64_t d1 = 0, int64_t d2 = 0) {
+sdm_p1_tensor view(const char* name, int32_t dtype, bool requested, int ndim, int64_t d0, int64_t d1 = 0,
+                   int64_t d2 = 0) {
     sdm_p1_tensor t{};
     t.name = name;
     t.dtype = dtype;
@@ -41,8 +45,7 @@ sdm_p1_tensor view(const char* name, int32_t dtype, bool requested, int ndim, in
     size_t bytes = dtype_bytes(dtype);
     for (int i = 0; i < ndim; ++i) {
         if (!mul_within(bytes, static_cast<size_t>(t.shape[i]), &bytes)) {
-            too_large("output '", name, "' of shape ", shape_text(t), " and ", dtype_bytes(dtype),
-                      "-byte elements");
+            too_large("output '", name, "' of shape ", shape_text(t), " and ", dtype_bytes(dtype), "-byte elements");
         }
     }
     t.bytes = bytes;
@@ -51,7 +54,7 @@ sdm_p1_tensor view(const char* name, int32_t dtype, bool requested, int ndim, in
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-}  // namespace
+}   // namespace
 
 OutputViews describe_outputs(const Options& o) {
     const int64_t N = o.N, C = o.C, W = o.W, R = o.R;
@@ -78,8 +81,7 @@ OutputViews describe_outputs(const Options& o) {
     v[SDM_P1_FIELD_Q_ONLY] = view("q_only", i8, flags && rg, 3, N, C, R);
     v[SDM_P1_FIELD_SPAY_K] = view("spay_k", i32, o.has(SDM_P1_DET_SPAY_K), 2, N, C * W);
     v[SDM_P1_FIELD_SPAY_Q] = view("spay_q", i32, rg && o.has(SDM_P1_DET_SPAY_Q), 2, N, C * R);
-    v[SDM_P1_FIELD_SPAY_RANK] =
-        view("spay_rank", i32, o.has(SDM_P1_DET_SPAY_RANK), 3, N, ceil_div(o.n(), 32), 2);
+    v[SDM_P1_FIELD_SPAY_RANK] = view("spay_rank", i32, o.has(SDM_P1_DET_SPAY_RANK), 3, N, ceil_div(o.n(), 32), 2);
     v[SDM_P1_FIELD_KREC] = view("krec", i32, o.has(SDM_P1_DET_KREC), 3, N, C * W, 4);
     v[SDM_P1_FIELD_KSPA] = view("kspa", f32, o.has(SDM_P1_DET_KSPA), 2, N, C * W);
     v[SDM_P1_FIELD_QREC] = view("qrec", i32, rg && o.has(SDM_P1_DET_QREC), 3, N, C * R, 4);
@@ -127,4 +129,4 @@ OutputBuffers output_buffers(void* const* f) {
     return b;
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1

@@ -18,6 +18,6 @@ OutputViews describe_outputs(const Options& opt);
 // Typed view of an array of buffers indexed by sdm_p1_field.
 OutputBuffers output_buffers(void* const* by_field);
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_OUTPUTS_H
+#endif   // SDM_P1_OUTPUTS_H

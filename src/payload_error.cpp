@@ -15,18 +15,26 @@ void report_payload_error(const Options& o, int64_t c, const PayloadError& e) {
     const char* kind = is_q ? ", read lane " : ", write lane ";
     const char* problem = "";
     switch (e.problem) {
-        case PayloadError::kNoEntry: problem = "names no entry of the chunk"; break;
-        case PayloadError::kTwice: problem = "names an entry an earlier word named"; break;
+        case PayloadError::kNoEntry:
+            problem = "names no entry of the chunk";
+            break;
+        case PayloadError::kTwice:
+            problem = "names an entry an earlier word named";
+            break;
         case PayloadError::kPaddingBit:
             problem = t < e.t_valid ? "has the padding bit (17) on a valid token's entry"
                                     : "lacks the padding bit (17) on a padding token's entry";
             break;
-        case PayloadError::kPaddingFirst: problem = "is padding before a valid entry (padding comes last)"; break;
-        case PayloadError::kNoHead: problem = "is the chunk's first entry but lacks the group-head bit (31)"; break;
+        case PayloadError::kPaddingFirst:
+            problem = "is padding before a valid entry (padding comes last)";
+            break;
+        case PayloadError::kNoHead:
+            problem = "is the chunk's first entry but lacks the group-head bit (31)";
+            break;
     }
-    fail(SDM_P1_ERROR_INVALID_INPUT, "sdm_p1_execute_backward: payload[", c, ", ", e.position, "] = ", word,
-         " (token ", t, kind, lane, ") ", problem, ": the payload is not the sort of chunk ", c,
-         "'s entries (C = ", o.C, ", W = ", o.W, ", R = ", o.R, ", ", e.t_valid, " valid tokens)");
+    fail(SDM_P1_ERROR_INVALID_INPUT, "sdm_p1_execute_backward: payload[", c, ", ", e.position, "] = ", word, " (token ",
+         t, kind, lane, ") ", problem, ": the payload is not the sort of chunk ", c, "'s entries (C = ", o.C,
+         ", W = ", o.W, ", R = ", o.R, ", ", e.t_valid, " valid tokens)");
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1

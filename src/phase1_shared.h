@@ -36,4 +36,4 @@
 #include "canon/backward_buffers.h"
 #include "canon/backward_terms.h"
 
-#endif  // SDM_P1_PHASE1_SHARED_H
+#endif   // SDM_P1_PHASE1_SHARED_H

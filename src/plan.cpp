@@ -26,7 +26,7 @@ size_t output_block_bytes(const OutputViews& views) {
     return total;
 }
 
-}  // namespace
+}   // namespace
 
 sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     auto plan = std::make_unique<sdm_p1_plan>();
@@ -55,16 +55,16 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
     return plan.release();
 }
 
-void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const* outputs,
-                  int32_t count, void* stream) {
+void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const* outputs, int32_t count,
+                  void* stream) {
     const Options& o = plan.options;
     const InputNeeds needs{true, o.has(SDM_P1_DET_KSPA) ? "det_fields asks for kspa (SDM_P1_DET_KSPA)" : nullptr};
     InputRecord record = checked_inputs("sdm_p1_execute", o, caller_in, needs);
 
     // The output buffers, by field.
     if (count < 0 || count > SDM_P1_FIELD_COUNT || (outputs == nullptr && count != 0)) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: count = ", count,
-             " must be in 0..SDM_P1_FIELD_COUNT (", SDM_P1_FIELD_COUNT, "), and 0 when outputs is NULL");
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: count = ", count, " must be in 0..SDM_P1_FIELD_COUNT (",
+             SDM_P1_FIELD_COUNT, "), and 0 when outputs is NULL");
     }
     void* buffers[SDM_P1_FIELD_COUNT] = {};
     for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
@@ -73,12 +73,14 @@ void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const
         void* given = f < count ? outputs[f] : nullptr;
         buffers[f] = given != nullptr ? given : v.data;
         if (buffers[f] == nullptr) {
-            fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: no buffer for output '", v.name,
-                 "' (", v.bytes, " bytes): a plan in SDM_P1_OUTPUTS_CALLER mode needs one for every "
+            fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: no buffer for output '", v.name, "' (", v.bytes,
+                 " bytes): a plan in SDM_P1_OUTPUTS_CALLER mode needs one for every "
                  "requested field");
         }
-        const size_t align = v.dtype == SDM_P1_DTYPE_INT8 ? 1 : v.dtype == SDM_P1_DTYPE_BFLOAT16 ? 2
-                             : v.dtype == SDM_P1_DTYPE_INT64 ? 8 : 4;
+        const size_t align = v.dtype == SDM_P1_DTYPE_INT8       ? 1
+                             : v.dtype == SDM_P1_DTYPE_BFLOAT16 ? 2
+                             : v.dtype == SDM_P1_DTYPE_INT64    ? 8
+                                                                : 4;
         if (reinterpret_cast<uintptr_t>(buffers[f]) % align != 0u) {
             fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: the buffer of output '", v.name,
                  "' is not aligned to its element size (", align, " bytes)");
@@ -96,7 +98,7 @@ void check_execute_status(sdm_p1_plan& plan) {
     plan.backend->check_status(plan.options, plan.workspace.data());
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
 sdm_p1_plan::~sdm_p1_plan() {
     if (backend != nullptr) {

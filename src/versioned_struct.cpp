@@ -11,22 +11,23 @@
 namespace sdm_p1 {
 
 // The 1.0 layouts (1.1 has the same) end with the allocator and with beta.
-const StructLayout kDescLayout = {"sdm_p1_plan_create", "desc", "SDM_P1_DESC_INITIALIZER",
-                                  offsetof(sdm_p1_desc, allocator) + sizeof(sdm_p1_allocator),
-                                  sizeof(sdm_p1_desc), "1.0"};
-const StructLayout kInputsLayout = {"sdm_p1_execute", "inputs", "SDM_P1_INPUTS_INITIALIZER",
-                                    offsetof(sdm_p1_inputs, beta) + sizeof(const float*),
-                                    sizeof(sdm_p1_inputs), "1.0"};
+const StructLayout kDescLayout = {
+    "sdm_p1_plan_create",      "desc",
+    "SDM_P1_DESC_INITIALIZER", offsetof(sdm_p1_desc, allocator) + sizeof(sdm_p1_allocator),
+    sizeof(sdm_p1_desc),       "1.0"};
+const StructLayout kInputsLayout = {
+    "sdm_p1_execute",      "inputs", "SDM_P1_INPUTS_INITIALIZER", offsetof(sdm_p1_inputs, beta) + sizeof(const float*),
+    sizeof(sdm_p1_inputs), "1.0"};
 // New in 1.3: its 1.3 layout is the oldest.
-const StructLayout kInputGradsLayout = {"sdm_p1_execute_backward", "out", "SDM_P1_INPUT_GRADS_INITIALIZER",
-                                        offsetof(sdm_p1_input_grads, beta) + sizeof(float*),
-                                        sizeof(sdm_p1_input_grads), "1.3"};
+const StructLayout kInputGradsLayout = {
+    "sdm_p1_execute_backward",        "out",
+    "SDM_P1_INPUT_GRADS_INITIALIZER", offsetof(sdm_p1_input_grads, beta) + sizeof(float*),
+    sizeof(sdm_p1_input_grads),       "1.3"};
 
 void read_struct(const void* given, size_t size, void* known, const StructLayout& s) {
     if (size < s.oldest_bytes) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, s.function, ": ", s.argument, "->struct_size = ", size,
-             " is below the ", s.oldest_bytes, " bytes of the oldest layout (",
-             s.oldest_version, "); fill the struct from ",
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, s.function, ": ", s.argument, "->struct_size = ", size, " is below the ",
+             s.oldest_bytes, " bytes of the oldest layout (", s.oldest_version, "); fill the struct from ",
              s.initializer);
     }
     const auto* bytes = static_cast<const unsigned char*>(given);
@@ -34,9 +35,9 @@ void read_struct(const void* given, size_t size, void* known, const StructLayout
     // unset passes zero bytes there; a set one asks for something this library cannot do.
     for (size_t i = s.known_bytes; i < size; ++i) {
         if (bytes[i] != 0) {
-            fail(SDM_P1_ERROR_INVALID_ARGUMENT, s.function, ": ", s.argument, "->struct_size = ", size,
-                 " and byte ", i, " is set (", static_cast<unsigned>(bytes[i]), "): it lies past the ",
-                 s.known_bytes, " bytes this libsdmp1 (", SDM_P1_VERSION_MAJOR, ".", SDM_P1_VERSION_MINOR,
+            fail(SDM_P1_ERROR_INVALID_ARGUMENT, s.function, ": ", s.argument, "->struct_size = ", size, " and byte ", i,
+                 " is set (", static_cast<unsigned>(bytes[i]), "): it lies past the ", s.known_bytes,
+                 " bytes this libsdmp1 (", SDM_P1_VERSION_MAJOR, ".", SDM_P1_VERSION_MINOR,
                  ") knows, in a field of a newer header that this library does not support; leave it "
                  "at its default (zero) or use a newer libsdmp1");
         }
@@ -60,4 +61,4 @@ void init_struct(const char* who, void* out, size_t size, const void* defaults, 
     std::memcpy(bytes, &struct_size, sizeof struct_size);
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1

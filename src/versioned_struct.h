@@ -10,11 +10,11 @@ namespace sdm_p1 {
 
 // One struct type of the API, for the rule and its messages.
 struct StructLayout {
-    const char* function;     // "sdm_p1_execute"
-    const char* argument;     // "inputs"
-    const char* initializer;  // "SDM_P1_INPUTS_INITIALIZER"
-    size_t oldest_bytes;      // the oldest layout: the least struct_size accepted
-    size_t known_bytes;       // sizeof the library's struct
+    const char* function;         // "sdm_p1_execute"
+    const char* argument;         // "inputs"
+    const char* initializer;      // "SDM_P1_INPUTS_INITIALIZER"
+    size_t oldest_bytes;          // the oldest layout: the least struct_size accepted
+    size_t known_bytes;           // sizeof the library's struct
     const char* oldest_version;   // the release of the oldest layout ("1.0")
 };
 
@@ -42,6 +42,6 @@ size_t bytes_to_write(size_t room, const StructLayout& layout);
 // struct or a size below oldest_bytes or above UINT32_MAX, naming the C function `who`.
 void init_struct(const char* who, void* out, size_t size, const void* defaults, const StructLayout& layout);
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_VERSIONED_STRUCT_H
+#endif   // SDM_P1_VERSIONED_STRUCT_H

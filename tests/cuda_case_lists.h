@@ -44,48 +44,149 @@ inline CaseList cover_cases(const ListOptions& o) {
     const int64_t rec = kShippedWithRecords, big = (int64_t{1} << 31) - 1;
     CaseList c = {
         spec("f32-basic", 4, 64, 32, 32, 4096).streams(2).fields(rec),
-        spec("bf16-int64-perwrite-mixed", 4, 64, 32, 32, 4096).streams(2).ids64().bfloat16().gates_per_write().gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(rec),
+        spec("bf16-int64-perwrite-mixed", 4, 64, 32, 32, 4096)
+            .streams(2)
+            .ids64()
+            .bfloat16()
+            .gates_per_write()
+            .gate_kind(Gates::Mixed)
+            .value_kind(Values::Mixed)
+            .fields(rec),
         spec("repeats-small", 2, 7, 3, 3, 5).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
-        spec("repeats-perwrite-bf16", 2, 7, 32, 3, 9).key_mode(Keys::Random).gates_per_write().bfloat16().value_kind(Values::Mixed).fields(rec),
+        spec("repeats-perwrite-bf16", 2, 7, 32, 3, 9)
+            .key_mode(Keys::Random)
+            .gates_per_write()
+            .bfloat16()
+            .value_kind(Values::Mixed)
+            .fields(rec),
         spec("hot-1", 2, 64, 3, 3, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
-        spec("hot-2-perwrite", 2, 64, 3, 1, 2).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(rec),
+        spec("hot-2-perwrite", 2, 64, 3, 1, 2)
+            .key_mode(Keys::Random)
+            .gates_per_write()
+            .gate_kind(Gates::Mixed)
+            .value_kind(Values::Mixed)
+            .fields(rec),
         spec("hot-16-distinct", 2, 64, 3, 3, 16).key_mode(Keys::Distinct).fields(rec),
         spec("hot-16-C256", 1, 256, 1, 1, 16).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
-        spec("singletons-int64", 2, 256, 3, 1, big).ids64().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Strong).fields(rec),
-        spec("singletons-int64-qhit", 1, 64, 32, 32, big).ids64().key_mode(Keys::Distinct).hits(0.5).gate_kind(Gates::Mixed).fields(rec),
-        spec("C1-W64-R64", 3, 1, 64, 64, 16).streams(3, 1000).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::Mixed).fields(rec),
+        spec("singletons-int64", 2, 256, 3, 1, big)
+            .ids64()
+            .key_mode(Keys::Distinct)
+            .hits(0.0)
+            .gate_kind(Gates::Strong)
+            .fields(rec),
+        spec("singletons-int64-qhit", 1, 64, 32, 32, big)
+            .ids64()
+            .key_mode(Keys::Distinct)
+            .hits(0.5)
+            .gate_kind(Gates::Mixed)
+            .fields(rec),
+        spec("C1-W64-R64", 3, 1, 64, 64, 16)
+            .streams(3, 1000)
+            .key_mode(Keys::Random)
+            .gates_per_write()
+            .gate_kind(Gates::Mixed)
+            .fields(rec),
         spec("C1-W1-R1", 2, 1, 1, 1, 3).streams(2).key_mode(Keys::Random).fields(rec),
         spec("C256-W32-bf16-strong", 1, 256, 32, 32, 65536).bfloat16().gate_kind(Gates::Strong).fields(rec),
         spec("C256-W64-R64-tiny", 1, 256, 64, 64, 65536).key_mode(Keys::Pool, 8192).gate_kind(Gates::Tiny).fields(rec),
-        spec("C256-valid_last", 2, 256, 3, 3, 300).streams(2).valid(100).gates_per_write().gate_kind(Gates::Mixed).key_mode(Keys::Random).fields(rec),
+        spec("C256-valid_last", 2, 256, 3, 3, 300)
+            .streams(2)
+            .valid(100)
+            .gates_per_write()
+            .gate_kind(Gates::Mixed)
+            .key_mode(Keys::Random)
+            .fields(rec),
         spec("C7-W3-R32", 4, 7, 3, 32, 20).streams(2).key_mode(Keys::Pool).gate_kind(Gates::Zero).fields(rec),
-        spec("C7-W64-R1", 2, 7, 64, 1, 100).key_mode(Keys::Distinct).gates_per_write().gate_kind(Gates::Strong).value_kind(Values::Mixed).fields(rec),
-        spec("streams-4-valid_last-1", 8, 16, 3, 3, 40).streams(4, 1000).valid(1).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
-        spec("streams-3-valid_last-C-1", 6, 64, 1, 3, 32).streams(3).valid(63).key_mode(Keys::Random).bfloat16().fields(rec),
-        spec("extreme-gates", 2, 64, 4, 2, 6).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::Extreme).value_kind(Values::Mixed).fields(rec),
-        spec("signed-gates-bf16", 2, 32, 4, 4, 10).key_mode(Keys::Distinct).gate_kind(Gates::Signed).bfloat16().fields(rec),
-        spec("hot-6-C256-W4", 1, 256, 4, 2, 6).key_mode(Keys::Distinct).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(rec),
-        spec("zero-gates-one-values", 2, 64, 3, 3, 8).key_mode(Keys::Random).gate_kind(Gates::Zero).value_kind(Values::One).fields(rec),
-        spec("no-read-groups", 2, 32, 8, 8, 64).streams(2).valid(20).gate_kind(Gates::Mixed).key_mode(Keys::Random).no_read_groups().fields(rec),
+        spec("C7-W64-R1", 2, 7, 64, 1, 100)
+            .key_mode(Keys::Distinct)
+            .gates_per_write()
+            .gate_kind(Gates::Strong)
+            .value_kind(Values::Mixed)
+            .fields(rec),
+        spec("streams-4-valid_last-1", 8, 16, 3, 3, 40)
+            .streams(4, 1000)
+            .valid(1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Mixed)
+            .fields(rec),
+        spec("streams-3-valid_last-C-1", 6, 64, 1, 3, 32)
+            .streams(3)
+            .valid(63)
+            .key_mode(Keys::Random)
+            .bfloat16()
+            .fields(rec),
+        spec("extreme-gates", 2, 64, 4, 2, 6)
+            .key_mode(Keys::Random)
+            .gates_per_write()
+            .gate_kind(Gates::Extreme)
+            .value_kind(Values::Mixed)
+            .fields(rec),
+        spec("signed-gates-bf16", 2, 32, 4, 4, 10)
+            .key_mode(Keys::Distinct)
+            .gate_kind(Gates::Signed)
+            .bfloat16()
+            .fields(rec),
+        spec("hot-6-C256-W4", 1, 256, 4, 2, 6)
+            .key_mode(Keys::Distinct)
+            .gate_kind(Gates::Mixed)
+            .value_kind(Values::Mixed)
+            .fields(rec),
+        spec("zero-gates-one-values", 2, 64, 3, 3, 8)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Zero)
+            .value_kind(Values::One)
+            .fields(rec),
+        spec("no-read-groups", 2, 32, 8, 8, 64)
+            .streams(2)
+            .valid(20)
+            .gate_kind(Gates::Mixed)
+            .key_mode(Keys::Random)
+            .no_read_groups()
+            .fields(rec),
         spec("no-beta-default-det", 2, 32, 8, 8, 64).gate_kind(Gates::Mixed),
-        spec("int64-huge-offset-no-records", 4, 16, 4, 4, 1000).streams(2, int64_t{1} << 40).ids64().key_mode(Keys::Random),
+        spec("int64-huge-offset-no-records", 4, 16, 4, 4, 1000)
+            .streams(2, int64_t{1} << 40)
+            .ids64()
+            .key_mode(Keys::Random),
         spec("int64-num_keys-2^32", 1, 64, 8, 8, int64_t{1} << 32).ids64().key_mode(Keys::Distinct).hits(0.5),
         spec("int32-top-ids", 1, 32, 4, 4, big).key_mode(Keys::Top, 40).gate_kind(Gates::Mixed).fields(rec),
         spec("threads-1", 5, 16, 4, 4, 32).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
-        spec("C256-W64-R64-2streams-bf16", 2, 256, 64, 64, 20000).streams(2).key_mode(Keys::Pool, 4096).valid(200).bfloat16().gates_per_write().gate_kind(Gates::Mixed).ids64().fields(rec),
+        spec("C256-W64-R64-2streams-bf16", 2, 256, 64, 64, 20000)
+            .streams(2)
+            .key_mode(Keys::Pool, 4096)
+            .valid(200)
+            .bfloat16()
+            .gates_per_write()
+            .gate_kind(Gates::Mixed)
+            .ids64()
+            .fields(rec),
         // one slot for everything: 8192 K entries in one group (peer counts saturate at 127,
         // sorted distances at 4095; 31 repeats per token)
-        spec("saturation-one-slot", 1, 256, 32, 4, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
+        spec("saturation-one-slot", 1, 256, 32, 4, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Mixed)
+            .value_kind(Values::Mixed)
+            .fields(SDM_P1_DET_ALL),
         spec("hot-1-C256-W2", 1, 256, 2, 2, 1).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
         // one slot, 511 walkers (one a thread) whose terms overflow the one-batch list: the
         // pair sums start in one batch, then take the waves
-        spec("one-batch-overflow", 1, 128, 3, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(rec),
+        spec("one-batch-overflow", 1, 128, 3, 1, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Mixed)
+            .value_kind(Values::Mixed)
+            .fields(rec),
         // 37-bit keys (64-bit sort) in an 8192-entry chunk: a merge round of 64-bit keys
         spec("wide-keys-merge", 2, 128, 32, 32, int64_t{1} << 24).gate_kind(Gates::Mixed).fields(rec),
         // the row fields in sorted order from num_keys = C (W + R) up, else with the entry
         // fields (src/cuda/cuda_backend.cpp: sorted_rows)
-        spec("rows-sorted-at-n", 2, 64, 32, 32, 4096).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
-        spec("rows-in-entry-order-below-n", 2, 64, 32, 32, 4095).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
+        spec("rows-sorted-at-n", 2, 64, 32, 32, 4096)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Mixed)
+            .fields(SDM_P1_DET_ALL),
+        spec("rows-in-entry-order-below-n", 2, 64, 32, 32, 4095)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Mixed)
+            .fields(SDM_P1_DET_ALL),
     };
     if (o.quick) {   // the saturation chunk's pair sums are slow under the sanitizers
         c = thin(c, o, 3);
@@ -99,8 +200,8 @@ inline CaseList cover_cases(const ListOptions& o) {
 inline CaseList grid_cases(const ListOptions& o) {
     const int64_t Cs[] = {1, 7, 64, 256}, lanes[] = {1, 3, 32, 64};
     const int64_t dets[] = {SDM_P1_DET_ALL, SDM_P1_UNSET, kShippedWithRecords, 0, SDM_P1_DET_ALL};
-    const Gates gates[] = {Gates::Normal, Gates::Mixed, Gates::Strong, Gates::Tiny,
-                           Gates::Signed, Gates::Zero, Gates::Extreme, Gates::Logsigmoid};
+    const Gates gates[] = {Gates::Normal, Gates::Mixed, Gates::Strong,  Gates::Tiny,
+                           Gates::Signed, Gates::Zero,  Gates::Extreme, Gates::Logsigmoid};
     const Keys keys[] = {Keys::Pool, Keys::Random, Keys::Distinct};
     const int64_t key_counts[] = {16, 1000, 65536, 5}, tiles[] = {0, 1, 5, 128, 32};
     CaseList c;
@@ -155,10 +256,20 @@ inline CaseList random_cases(const ListOptions& o) {
 
 // Every det_fields bit alone, none, all, and one pair; with and without read groups.
 inline CaseList det_field_cases(const ListOptions& o) {
-    const int64_t sets[] = {0, SDM_P1_DET_POS, SDM_P1_DET_SPAY_RANK, SDM_P1_DET_FLAGS,
-                            SDM_P1_DET_SPAY_K, SDM_P1_DET_SPAY_Q, SDM_P1_DET_KREC, SDM_P1_DET_KSPA,
-                            SDM_P1_DET_QREC, SDM_P1_DET_TILES, SDM_P1_DET_DC_GIDX, SDM_P1_DET_QREC8,
-                            SDM_P1_DET_DC_GIDX | SDM_P1_DET_KREC, SDM_P1_DET_ALL};
+    const int64_t sets[] = {0,
+                            SDM_P1_DET_POS,
+                            SDM_P1_DET_SPAY_RANK,
+                            SDM_P1_DET_FLAGS,
+                            SDM_P1_DET_SPAY_K,
+                            SDM_P1_DET_SPAY_Q,
+                            SDM_P1_DET_KREC,
+                            SDM_P1_DET_KSPA,
+                            SDM_P1_DET_QREC,
+                            SDM_P1_DET_TILES,
+                            SDM_P1_DET_DC_GIDX,
+                            SDM_P1_DET_QREC8,
+                            SDM_P1_DET_DC_GIDX | SDM_P1_DET_KREC,
+                            SDM_P1_DET_ALL};
     CaseList c;
     for (int64_t det : sets) {
         for (bool rg : {true, false}) {
@@ -175,7 +286,11 @@ inline CaseList det_field_cases(const ListOptions& o) {
 inline CaseList rec_tile_cases(const ListOptions& o) {
     CaseList c;
     for (int64_t L : {1, 3, 5, 128, 0, 1 << 20}) {
-        c.push_back(spec("L" + std::to_string(L), 2, 40, 7, 5, 30).valid(33).key_mode(Keys::Pool, 20).fields(SDM_P1_DET_ALL).tile(L));
+        c.push_back(spec("L" + std::to_string(L), 2, 40, 7, 5, 30)
+                        .valid(33)
+                        .key_mode(Keys::Pool, 20)
+                        .fields(SDM_P1_DET_ALL)
+                        .tile(L));
     }
     c.push_back(spec("L1-C256", 1, 256, 3, 2, 50).key_mode(Keys::Random).fields(SDM_P1_DET_ALL).tile(1));
     return seeded(c, "rec_tile", o);
@@ -184,25 +299,46 @@ inline CaseList rec_tile_cases(const ListOptions& o) {
 // Each gate kind in two settings; huge positive gates (exp overflows to inf) only where no
 // cell can add +inf and -inf (one lane each, or all values 1).
 inline CaseList gate_cases(const ListOptions& o) {
-    const std::pair<const char*, Gates> kinds[] = {
-        {"zero", Gates::Zero}, {"tiny", Gates::Tiny}, {"strong", Gates::Strong},
-        {"normal", Gates::Normal}, {"signed", Gates::Signed}, {"positive", Gates::Positive},
-        {"extreme", Gates::Extreme}, {"subnormal", Gates::Subnormal}, {"mixed", Gates::Mixed},
-        {"logsigmoid", Gates::Logsigmoid}};
+    const std::pair<const char*, Gates> kinds[] = {{"zero", Gates::Zero},       {"tiny", Gates::Tiny},
+                                                   {"strong", Gates::Strong},   {"normal", Gates::Normal},
+                                                   {"signed", Gates::Signed},   {"positive", Gates::Positive},
+                                                   {"extreme", Gates::Extreme}, {"subnormal", Gates::Subnormal},
+                                                   {"mixed", Gates::Mixed},     {"logsigmoid", Gates::Logsigmoid}};
     CaseList c;
     for (const auto& k : kinds) {
-        c.push_back(spec(std::string(k.first) + "-f32-token", 2, 64, 8, 4, 24).key_mode(Keys::Random).gate_kind(k.second).fields(SDM_P1_DET_ALL));
-        c.push_back(spec(std::string(k.first) + "-bf16-write", 3, 33, 5, 3, 10).streams(3).valid(20).key_mode(Keys::Distinct).bfloat16().gates_per_write().gate_kind(k.second).fields(SDM_P1_DET_ALL));
+        c.push_back(spec(std::string(k.first) + "-f32-token", 2, 64, 8, 4, 24)
+                        .key_mode(Keys::Random)
+                        .gate_kind(k.second)
+                        .fields(SDM_P1_DET_ALL));
+        c.push_back(spec(std::string(k.first) + "-bf16-write", 3, 33, 5, 3, 10)
+                        .streams(3)
+                        .valid(20)
+                        .key_mode(Keys::Distinct)
+                        .bfloat16()
+                        .gates_per_write()
+                        .gate_kind(k.second)
+                        .fields(SDM_P1_DET_ALL));
     }
-    c.push_back(spec("extreme-signed-W1-R1", 2, 256, 1, 1, 4).key_mode(Keys::Random).gate_kind(Gates::ExtremeSigned).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL));
-    c.push_back(spec("extreme-signed-ones", 2, 64, 8, 8, 16).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::ExtremeSigned).value_kind(Values::One).fields(SDM_P1_DET_ALL));
+    c.push_back(spec("extreme-signed-W1-R1", 2, 256, 1, 1, 4)
+                    .key_mode(Keys::Random)
+                    .gate_kind(Gates::ExtremeSigned)
+                    .value_kind(Values::Mixed)
+                    .fields(SDM_P1_DET_ALL));
+    c.push_back(spec("extreme-signed-ones", 2, 64, 8, 8, 16)
+                    .key_mode(Keys::Random)
+                    .gates_per_write()
+                    .gate_kind(Gates::ExtremeSigned)
+                    .value_kind(Values::One)
+                    .fields(SDM_P1_DET_ALL));
     return seeded(thin(c, o, 2), "gates", o);
 }
 
 inline CaseList value_cases(const ListOptions& o) {
-    const std::pair<const char*, Values> kinds[] = {
-        {"normal", Values::Normal}, {"mixed", Values::Mixed}, {"one", Values::One}, {"wide", Values::Wide},
-        {"nonfinite", Values::NonFinite}};
+    const std::pair<const char*, Values> kinds[] = {{"normal", Values::Normal},
+                                                    {"mixed", Values::Mixed},
+                                                    {"one", Values::One},
+                                                    {"wide", Values::Wide},
+                                                    {"nonfinite", Values::NonFinite}};
     CaseList c;
     for (const auto& k : kinds) {
         for (bool bf : {false, true}) {
@@ -215,8 +351,17 @@ inline CaseList value_cases(const ListOptions& o) {
     // NaN and infinite values on hot slots repeated within tokens (inf * 0 and inf - inf in
     // the pair sums: the NaNs the fuzzer found the backends giving different bits), both
     // kernels' forms.
-    c.push_back(spec("nonfinite-repeats-f32-write", 6, 14, 4, 1, 1).key_mode(Keys::Random).gates_per_write().value_kind(Values::NonFinite).fields(SDM_P1_DET_ALL));
-    c.push_back(spec("nonfinite-hot-f32-mixed", 5, 14, 5, 6, 9).streams(5).key_mode(Keys::Random).gate_kind(Gates::MixedChunks).value_kind(Values::NonFinite).fields(SDM_P1_DET_ALL));
+    c.push_back(spec("nonfinite-repeats-f32-write", 6, 14, 4, 1, 1)
+                    .key_mode(Keys::Random)
+                    .gates_per_write()
+                    .value_kind(Values::NonFinite)
+                    .fields(SDM_P1_DET_ALL));
+    c.push_back(spec("nonfinite-hot-f32-mixed", 5, 14, 5, 6, 9)
+                    .streams(5)
+                    .key_mode(Keys::Random)
+                    .gate_kind(Gates::MixedChunks)
+                    .value_kind(Values::NonFinite)
+                    .fields(SDM_P1_DET_ALL));
     return seeded(thin(c, o, 2), "values", o);
 }
 
@@ -229,21 +374,51 @@ inline CaseList stream_cases(const ListOptions& o) {
         for (int v = 0; v < 3; ++v) {
             const int64_t offsets[] = {0, keys, 1000}, valids[] = {1, C - 1, C / 2};
             c.push_back(spec("P" + std::to_string(P) + "-v" + std::to_string(v), P * (v + 1), C, 3, 3, keys)
-                            .streams(P, offsets[v]).valid(valids[v]).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL));
+                            .streams(P, offsets[v])
+                            .valid(valids[v])
+                            .key_mode(Keys::Random)
+                            .gate_kind(Gates::Mixed)
+                            .fields(SDM_P1_DET_ALL));
         }
     }
-    c.push_back(spec("P4-int32-limit", 8, 32, 4, 4, 1000).streams(4, (INT32_MAX - 1000) / 3).key_mode(Keys::Top, 64).fields(SDM_P1_DET_ALL));
-    c.push_back(spec("P4-int64-offset-2^40", 8, 32, 4, 4, 1000).streams(4, int64_t{1} << 40).ids64().key_mode(Keys::Random).fields(SDM_P1_DET_ALL));
-    c.push_back(spec("P2-int64-keys-2^32", 4, 32, 4, 4, int64_t{1} << 32).streams(2, int64_t{1} << 32).ids64().key_mode(Keys::Distinct).hits(0.5).fields(SDM_P1_DET_ALL));
+    c.push_back(spec("P4-int32-limit", 8, 32, 4, 4, 1000)
+                    .streams(4, (INT32_MAX - 1000) / 3)
+                    .key_mode(Keys::Top, 64)
+                    .fields(SDM_P1_DET_ALL));
+    c.push_back(spec("P4-int64-offset-2^40", 8, 32, 4, 4, 1000)
+                    .streams(4, int64_t{1} << 40)
+                    .ids64()
+                    .key_mode(Keys::Random)
+                    .fields(SDM_P1_DET_ALL));
+    c.push_back(spec("P2-int64-keys-2^32", 4, 32, 4, 4, int64_t{1} << 32)
+                    .streams(2, int64_t{1} << 32)
+                    .ids64()
+                    .key_mode(Keys::Distinct)
+                    .hits(0.5)
+                    .fields(SDM_P1_DET_ALL));
     return seeded(thin(c, o, 3), "streams", o);
 }
 
 // The largest chunks: C * (W + R) = 2^17 (C = W = R = 256) and other long rows.
 inline CaseList largest_cases(const ListOptions& o) {
     CaseList c = {
-        spec("C256-W256-R256-bf16", 2, 256, 256, 256, 1 << 20).streams(2).valid(200).bfloat16().key_mode(Keys::Distinct).fields(SDM_P1_DET_ALL),
-        spec("C256-W256-R256-i64-f32-write", 1, 256, 256, 256, 65536).ids64().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed),
-        spec("C256-W256-R256-groups", 1, 256, 256, 256, 4096).key_mode(Keys::Distinct).no_read_groups().value_kind(Values::Mixed).fields(SDM_P1_DET_ALL).tile(1),
+        spec("C256-W256-R256-bf16", 2, 256, 256, 256, 1 << 20)
+            .streams(2)
+            .valid(200)
+            .bfloat16()
+            .key_mode(Keys::Distinct)
+            .fields(SDM_P1_DET_ALL),
+        spec("C256-W256-R256-i64-f32-write", 1, 256, 256, 256, 65536)
+            .ids64()
+            .gates_per_write()
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Mixed),
+        spec("C256-W256-R256-groups", 1, 256, 256, 256, 4096)
+            .key_mode(Keys::Distinct)
+            .no_read_groups()
+            .value_kind(Values::Mixed)
+            .fields(SDM_P1_DET_ALL)
+            .tile(1),
         spec("C256-W255-R256", 1, 256, 255, 256, 100000).key_mode(Keys::Pool, 20000).fields(SDM_P1_DET_ALL).tile(7),
         spec("C255-W256-R256", 1, 255, 256, 256, 100000).bfloat16().gates_per_write().fields(SDM_P1_DET_ALL),
         spec("C128-W256-R256", 2, 128, 256, 256, 65536).streams(2).valid(100).fields(SDM_P1_DET_ALL),
@@ -253,8 +428,15 @@ inline CaseList largest_cases(const ListOptions& o) {
         spec("C64-W256-R256", 4, 64, 256, 256, 65536).streams(2).gate_kind(Gates::Logsigmoid).fields(SDM_P1_DET_ALL),
         // the worst legal chunks: every read on one slot, each token writing every slot
         // (about 17 M pair terms); every id on one slot (about 4.3 G terms)
-        spec("C256-W256-R256-reads-on-one-slot", 1, 256, 256, 256, 256).key_mode(Keys::Distinct).read_mode(Reads::Slot0).gate_kind(Gates::Logsigmoid).bfloat16(),
-        spec("C256-W256-R256-one-slot", 1, 256, 256, 256, 1).key_mode(Keys::Random).gate_kind(Gates::Logsigmoid).bfloat16(),
+        spec("C256-W256-R256-reads-on-one-slot", 1, 256, 256, 256, 256)
+            .key_mode(Keys::Distinct)
+            .read_mode(Reads::Slot0)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
+        spec("C256-W256-R256-one-slot", 1, 256, 256, 256, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
     };
     if (o.quick) c = {c[0]};
     if (o.quick) c[0].N = c[0].P = 1;
@@ -271,7 +453,11 @@ inline CaseList largest_cases(const ListOptions& o) {
 // memory (S6 with every field). largest_cases keeps only the small per-token arrays in
 // shared memory and has 32-bit counts (n >= 2^16).
 inline CaseList bench_shape_cases(const ListOptions& o) {
-    struct Shape { const char* name; int64_t N, C, W, R, keys, P; bool bf16, idx64, per_write; };
+    struct Shape {
+        const char* name;
+        int64_t N, C, W, R, keys, P;
+        bool bf16, idx64, per_write;
+    };
     const int64_t twice = (2 * o.sms + 8 + 127) / 128 * 128;   // N >= 2 * sms, in whole streams
     const Shape shapes[] = {
         {"S1", twice, 64, 32, 32, 65536, 128, true, false, false},
@@ -285,8 +471,13 @@ inline CaseList bench_shape_cases(const ListOptions& o) {
     for (const Shape& b : shapes) {
         for (bool all : {false, true}) {
             if (o.quick && (all || (b.name[1] != '1' && b.name[1] != '6'))) continue;
-            CaseSpec s = spec(std::string(b.name) + (all ? "-all" : "-default"), o.quick ? b.P : b.N, b.C, b.W, b.R, b.keys);
-            s.streams(b.P, b.keys).key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid).fields(all ? SDM_P1_DET_ALL : SDM_P1_UNSET);
+            CaseSpec s =
+                spec(std::string(b.name) + (all ? "-all" : "-default"), o.quick ? b.P : b.N, b.C, b.W, b.R, b.keys);
+            s.streams(b.P, b.keys)
+                .key_mode(Keys::Distinct)
+                .hits(0.0)
+                .gate_kind(Gates::Logsigmoid)
+                .fields(all ? SDM_P1_DET_ALL : SDM_P1_UNSET);
             if (b.bf16) s.bfloat16();
             if (b.idx64) s.ids64();
             if (b.per_write) s.gates_per_write();
@@ -306,18 +497,57 @@ inline CaseList two_block_cases(const ListOptions& o) {
     const int64_t N = (2 * o.sms + 15) / 8 * 8;   // divisible by the streams below
     CaseList c = {
         spec("normal-f32", N, 16, 4, 4, 64).key_mode(Keys::Random).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
-        spec("logsigmoid-default", N, 32, 8, 8, 4096).streams(8, 4096).key_mode(Keys::Distinct).gate_kind(Gates::Logsigmoid),
-        spec("mixed-bf16-write", N, 16, 4, 4, 64).streams(4).valid(9).bfloat16().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
-        spec("extreme-write-records", N, 8, 8, 2, 16).key_mode(Keys::Pool).gates_per_write().gate_kind(Gates::Extreme).value_kind(Values::Mixed).fields(kShippedWithRecords),
-        spec("strong-int64-hot", N, 64, 4, 4, 3).ids64().key_mode(Keys::Random).gate_kind(Gates::Strong).fields(SDM_P1_DET_ALL),
-        spec("zero-one-slot", N, 16, 8, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Zero).value_kind(Values::One).fields(SDM_P1_DET_ALL),
-        spec("one-batch-overflow", N, 64, 3, 1, 1).key_mode(Keys::Random).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
+        spec("logsigmoid-default", N, 32, 8, 8, 4096)
+            .streams(8, 4096)
+            .key_mode(Keys::Distinct)
+            .gate_kind(Gates::Logsigmoid),
+        spec("mixed-bf16-write", N, 16, 4, 4, 64)
+            .streams(4)
+            .valid(9)
+            .bfloat16()
+            .gates_per_write()
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Mixed)
+            .fields(SDM_P1_DET_ALL),
+        spec("extreme-write-records", N, 8, 8, 2, 16)
+            .key_mode(Keys::Pool)
+            .gates_per_write()
+            .gate_kind(Gates::Extreme)
+            .value_kind(Values::Mixed)
+            .fields(kShippedWithRecords),
+        spec("strong-int64-hot", N, 64, 4, 4, 3)
+            .ids64()
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Strong)
+            .fields(SDM_P1_DET_ALL),
+        spec("zero-one-slot", N, 16, 8, 1, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Zero)
+            .value_kind(Values::One)
+            .fields(SDM_P1_DET_ALL),
+        spec("one-batch-overflow", N, 64, 3, 1, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Normal)
+            .fields(SDM_P1_DET_ALL),
         // the half-size kernel with the row fields in sorted order: kspa alone (no slots),
         // then every field (the quick set keeps the second)
-        spec("sorted-rows-kspa-bf16", N, 16, 4, 4, 1000).bfloat16().key_mode(Keys::Pool).gate_kind(Gates::Mixed).fields(SDM_P1_DET_SHIPPED | SDM_P1_DET_KSPA),
-        spec("sorted-rows-int64-write", N, 16, 4, 4, 128).ids64().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
+        spec("sorted-rows-kspa-bf16", N, 16, 4, 4, 1000)
+            .bfloat16()
+            .key_mode(Keys::Pool)
+            .gate_kind(Gates::Mixed)
+            .fields(SDM_P1_DET_SHIPPED | SDM_P1_DET_KSPA),
+        spec("sorted-rows-int64-write", N, 16, 4, 4, 128)
+            .ids64()
+            .gates_per_write()
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Mixed)
+            .value_kind(Values::Mixed)
+            .fields(SDM_P1_DET_ALL),
         // chunks of both kernels (main and wide-log) in one execute
-        spec("mixed-chunks-default", N, 32, 8, 8, 4096).streams(8, 4096).key_mode(Keys::Pool).gate_kind(Gates::MixedChunks),
+        spec("mixed-chunks-default", N, 32, 8, 8, 4096)
+            .streams(8, 4096)
+            .key_mode(Keys::Pool)
+            .gate_kind(Gates::MixedChunks),
     };
     return seeded(thin(c, o, 2), "two_blocks", o);
 }
@@ -331,30 +561,101 @@ inline CaseList two_block_cases(const ListOptions& o) {
 inline CaseList skewed_cases(const ListOptions& o) {
     const int64_t twice = (2 * o.sms + 8 + 127) / 128 * 128;   // N >= 2 * sms, in whole streams
     CaseList c = {
-        spec("S7-zipf1.1", o.quick ? 128 : twice, 64, 32, 32, 65536).streams(128, 65536).skewed(1.1).gate_kind(Gates::Logsigmoid).bfloat16(),
-        spec("S7-zipf1.1-all", 128, 64, 32, 32, 65536).streams(128, 65536).skewed(1.1).gate_kind(Gates::Logsigmoid).bfloat16().fields(SDM_P1_DET_ALL),
+        spec("S7-zipf1.1", o.quick ? 128 : twice, 64, 32, 32, 65536)
+            .streams(128, 65536)
+            .skewed(1.1)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
+        spec("S7-zipf1.1-all", 128, 64, 32, 32, 65536)
+            .streams(128, 65536)
+            .skewed(1.1)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16()
+            .fields(SDM_P1_DET_ALL),
         spec("zipf0.8", 8, 64, 32, 32, 65536).streams(2).skewed(0.8).gate_kind(Gates::Mixed),
-        spec("zipf1.1-mixed-chunks-all", 12, 64, 32, 32, 65536).streams(4).skewed(1.1).gate_kind(Gates::MixedChunks).fields(SDM_P1_DET_ALL),
-        spec("zipf1.3-f32-write", 8, 64, 32, 32, 65536).streams(4).skewed(1.3).gates_per_write().gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
-        spec("zipf1.5-bf16", 8, 64, 32, 32, 4096).streams(2).skewed(1.5).bfloat16().gate_kind(Gates::Strong).value_kind(Values::Mixed),
+        spec("zipf1.1-mixed-chunks-all", 12, 64, 32, 32, 65536)
+            .streams(4)
+            .skewed(1.1)
+            .gate_kind(Gates::MixedChunks)
+            .fields(SDM_P1_DET_ALL),
+        spec("zipf1.3-f32-write", 8, 64, 32, 32, 65536)
+            .streams(4)
+            .skewed(1.3)
+            .gates_per_write()
+            .gate_kind(Gates::Normal)
+            .fields(SDM_P1_DET_ALL),
+        spec("zipf1.5-bf16", 8, 64, 32, 32, 4096)
+            .streams(2)
+            .skewed(1.5)
+            .bfloat16()
+            .gate_kind(Gates::Strong)
+            .value_kind(Values::Mixed),
         spec("zipf1.1-C128-W64", 4, 128, 64, 64, 262144).streams(2).skewed(1.1).bfloat16().gate_kind(Gates::Logsigmoid),
-        spec("zipf1.2-C256-W32-i64", 2, 256, 32, 32, 65536).ids64().skewed(1.2).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
-        spec("zipf1.1-C16-W8-valid", 8, 16, 8, 8, 1000).streams(4).valid(9).skewed(1.1).gate_kind(Gates::Tiny).fields(kShippedWithRecords),
-        spec("zipf1.1-recent-reads", 8, 64, 32, 32, 65536).streams(2).skewed(1.1).read_mode(Reads::Recent).gate_kind(Gates::Logsigmoid),
-        spec("recent-reads-uniform", 8, 64, 32, 32, 65536).streams(2).read_mode(Reads::Recent).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
-        spec("all-alone", 4, 64, 32, 32, 1 << 24).ids64().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid),
+        spec("zipf1.2-C256-W32-i64", 2, 256, 32, 32, 65536)
+            .ids64()
+            .skewed(1.2)
+            .gate_kind(Gates::Mixed)
+            .fields(SDM_P1_DET_ALL),
+        spec("zipf1.1-C16-W8-valid", 8, 16, 8, 8, 1000)
+            .streams(4)
+            .valid(9)
+            .skewed(1.1)
+            .gate_kind(Gates::Tiny)
+            .fields(kShippedWithRecords),
+        spec("zipf1.1-recent-reads", 8, 64, 32, 32, 65536)
+            .streams(2)
+            .skewed(1.1)
+            .read_mode(Reads::Recent)
+            .gate_kind(Gates::Logsigmoid),
+        spec("recent-reads-uniform", 8, 64, 32, 32, 65536)
+            .streams(2)
+            .read_mode(Reads::Recent)
+            .gate_kind(Gates::Normal)
+            .fields(SDM_P1_DET_ALL),
+        spec("all-alone", 4, 64, 32, 32, 1 << 24)
+            .ids64()
+            .key_mode(Keys::Distinct)
+            .hits(0.0)
+            .gate_kind(Gates::Logsigmoid),
         spec("pool-C*W", 4, 64, 32, 32, 65536).key_mode(Keys::Pool, 64 * 32).gate_kind(Gates::Normal),
         spec("pool-4W", 4, 64, 32, 32, 65536).key_mode(Keys::Pool, 128).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
-        spec("pool-W-every-token-same-slots", 4, 64, 32, 32, 65536).key_mode(Keys::Pool, 32).hits(1.0).gate_kind(Gates::Mixed),
-        spec("one-slot-C64-W32", 2, 64, 32, 32, 1).key_mode(Keys::Random).gate_kind(Gates::Logsigmoid).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL),
-        spec("reads-slot0-C64", 4, 64, 32, 32, 32).key_mode(Keys::Distinct).read_mode(Reads::Slot0).gate_kind(Gates::Normal),
-        spec("reads-slot0-C256-W64-R64", 1, 256, 64, 64, 64).key_mode(Keys::Distinct).read_mode(Reads::Slot0).gate_kind(Gates::Logsigmoid).fields(SDM_P1_DET_ALL),
-        spec("one-slot-C256-W64-R64", 1, 256, 64, 64, 1).key_mode(Keys::Random).gate_kind(Gates::Normal).value_kind(Values::Mixed),
-        spec("hot-repeats-C64", 4, 64, 32, 32, 40).key_mode(Keys::Random).gates_per_write().gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL),
-        spec("zipf1.5-few-keys-repeats", 4, 64, 32, 32, 48).key_mode(Keys::Random).read_mode(Reads::Zipf).gate_kind(Gates::Normal),
+        spec("pool-W-every-token-same-slots", 4, 64, 32, 32, 65536)
+            .key_mode(Keys::Pool, 32)
+            .hits(1.0)
+            .gate_kind(Gates::Mixed),
+        spec("one-slot-C64-W32", 2, 64, 32, 32, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Logsigmoid)
+            .value_kind(Values::Mixed)
+            .fields(SDM_P1_DET_ALL),
+        spec("reads-slot0-C64", 4, 64, 32, 32, 32)
+            .key_mode(Keys::Distinct)
+            .read_mode(Reads::Slot0)
+            .gate_kind(Gates::Normal),
+        spec("reads-slot0-C256-W64-R64", 1, 256, 64, 64, 64)
+            .key_mode(Keys::Distinct)
+            .read_mode(Reads::Slot0)
+            .gate_kind(Gates::Logsigmoid)
+            .fields(SDM_P1_DET_ALL),
+        spec("one-slot-C256-W64-R64", 1, 256, 64, 64, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Normal)
+            .value_kind(Values::Mixed),
+        spec("hot-repeats-C64", 4, 64, 32, 32, 40)
+            .key_mode(Keys::Random)
+            .gates_per_write()
+            .gate_kind(Gates::Mixed)
+            .fields(SDM_P1_DET_ALL),
+        spec("zipf1.5-few-keys-repeats", 4, 64, 32, 32, 48)
+            .key_mode(Keys::Random)
+            .read_mode(Reads::Zipf)
+            .gate_kind(Gates::Normal),
         // N >= 2 * sms: the half-size kernel on skewed and hot chunks
         spec("two-blocks-zipf1.5", twice, 32, 16, 16, 8192).streams(128, 8192).skewed(1.5).gate_kind(Gates::Logsigmoid),
-        spec("two-blocks-one-slot", twice, 16, 8, 8, 1).key_mode(Keys::Random).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL),
+        spec("two-blocks-one-slot", twice, 16, 8, 8, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Normal)
+            .fields(SDM_P1_DET_ALL),
     };
     return seeded(thin(c, o, 3), "skewed", o);
 }
@@ -370,13 +671,27 @@ inline std::vector<int64_t> stream_lengths(Lengths kind, int64_t P, int64_t step
     for (int64_t& len : out) {
         const int64_t k = kind == Lengths::Mixed ? rng.below(7) : static_cast<int64_t>(kind);
         switch (k) {
-            case 0: len = 0; break;
-            case 1: len = 1; break;
-            case 2: len = C * rng.below(steps + 1); break;
-            case 3: len = full; break;
-            case 4: len = full - 1; break;
-            case 5: len = C * rng.below(steps) + 1 + rng.below(C); break;   // a partial chunk
-            default: len = rng.below(full + 1); break;
+            case 0:
+                len = 0;
+                break;
+            case 1:
+                len = 1;
+                break;
+            case 2:
+                len = C * rng.below(steps + 1);
+                break;
+            case 3:
+                len = full;
+                break;
+            case 4:
+                len = full - 1;
+                break;
+            case 5:
+                len = C * rng.below(steps) + 1 + rng.below(C);
+                break;   // a partial chunk
+            default:
+                len = rng.below(full + 1);
+                break;
         }
     }
     return out;
@@ -388,18 +703,66 @@ inline std::vector<int64_t> stream_lengths(Lengths kind, int64_t P, int64_t step
 // scratch), hot slots, per-write gates and bfloat16; padding tokens hold garbage.
 inline CaseList length_cases(const ListOptions& o) {
     const int64_t twice = (2 * o.sms + 8 + 127) / 128 * 128;   // N >= 2 * sms, in whole streams
-    struct Shape { CaseSpec s; std::vector<Lengths> kinds; };
-    const std::vector<Lengths> all = {Lengths::Zero, Lengths::One, Lengths::Multiple, Lengths::Full, Lengths::Mixed, Lengths::Mixed};
+    struct Shape {
+        CaseSpec s;
+        std::vector<Lengths> kinds;
+    };
+    const std::vector<Lengths> all = {Lengths::Zero, Lengths::One,   Lengths::Multiple,
+                                      Lengths::Full, Lengths::Mixed, Lengths::Mixed};
     const std::vector<Lengths> mixed = {Lengths::Mixed};
     const Shape shapes[] = {
-        {spec("small-all", 12, 16, 3, 3, 40).streams(4, 1000).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL), all},
-        {spec("small-write-bf16-i64", 12, 16, 4, 3, 64).streams(3).ids64().bfloat16().gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).value_kind(Values::Mixed).fields(SDM_P1_DET_ALL), all},
-        {spec("P1-records", 5, 32, 8, 6, 200).key_mode(Keys::Pool).fields(kShippedWithRecords).tile(7), {Lengths::Zero, Lengths::Mixed, Lengths::Mixed}},
-        {spec("C1", 12, 1, 4, 4, 16).streams(6, 1000).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL), {Lengths::One, Lengths::Mixed}},
-        {spec("C256", 4, 256, 3, 3, 300).streams(2).gates_per_write().key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL), {Lengths::Mixed, Lengths::Mixed}},
-        {spec("hot-one-slot", 8, 64, 8, 4, 1).streams(4).key_mode(Keys::Random).gate_kind(Gates::Normal).fields(SDM_P1_DET_ALL), mixed},
-        {spec("S1-reduced", 256, 64, 32, 32, 65536).streams(128, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid), mixed},
-        {spec("S1-two-blocks", twice, 64, 32, 32, 65536).streams(128, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid).fields(SDM_P1_DET_ALL), mixed},
+        {spec("small-all", 12, 16, 3, 3, 40)
+             .streams(4, 1000)
+             .key_mode(Keys::Random)
+             .gate_kind(Gates::Mixed)
+             .fields(SDM_P1_DET_ALL),
+         all},
+        {spec("small-write-bf16-i64", 12, 16, 4, 3, 64)
+             .streams(3)
+             .ids64()
+             .bfloat16()
+             .gates_per_write()
+             .key_mode(Keys::Random)
+             .gate_kind(Gates::Mixed)
+             .value_kind(Values::Mixed)
+             .fields(SDM_P1_DET_ALL),
+         all},
+        {spec("P1-records", 5, 32, 8, 6, 200).key_mode(Keys::Pool).fields(kShippedWithRecords).tile(7),
+         {Lengths::Zero, Lengths::Mixed, Lengths::Mixed}},
+        {spec("C1", 12, 1, 4, 4, 16)
+             .streams(6, 1000)
+             .key_mode(Keys::Random)
+             .gate_kind(Gates::Mixed)
+             .fields(SDM_P1_DET_ALL),
+         {Lengths::One, Lengths::Mixed}},
+        {spec("C256", 4, 256, 3, 3, 300)
+             .streams(2)
+             .gates_per_write()
+             .key_mode(Keys::Random)
+             .gate_kind(Gates::Mixed)
+             .fields(SDM_P1_DET_ALL),
+         {Lengths::Mixed, Lengths::Mixed}},
+        {spec("hot-one-slot", 8, 64, 8, 4, 1)
+             .streams(4)
+             .key_mode(Keys::Random)
+             .gate_kind(Gates::Normal)
+             .fields(SDM_P1_DET_ALL),
+         mixed},
+        {spec("S1-reduced", 256, 64, 32, 32, 65536)
+             .streams(128, 65536)
+             .bfloat16()
+             .key_mode(Keys::Distinct)
+             .hits(0.0)
+             .gate_kind(Gates::Logsigmoid),
+         mixed},
+        {spec("S1-two-blocks", twice, 64, 32, 32, 65536)
+             .streams(128, 65536)
+             .bfloat16()
+             .key_mode(Keys::Distinct)
+             .hits(0.0)
+             .gate_kind(Gates::Logsigmoid)
+             .fields(SDM_P1_DET_ALL),
+         mixed},
         {spec("C128-W256-R256", 2, 128, 256, 256, 65536).streams(2).fields(SDM_P1_DET_ALL), {Lengths::Mixed}},
     };
     CaseList c;
@@ -429,50 +792,155 @@ inline CaseList length_cases(const ListOptions& o) {
 inline CaseList lean_cases(const ListOptions& o) {
     const int64_t big = 1 << 17;   // n = 4096 (C 64, W = R = 32): a bucket spans 32 slots
     CaseList c = {
-        spec("alone-bf16", 4, 64, 32, 32, 1 << 20).streams(2, 1 << 20).bfloat16().key_mode(Keys::Distinct).hits(0.0).gate_kind(Gates::Logsigmoid),
-        spec("S1-uniform", 6, 64, 32, 32, 65536).streams(2, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.05).gate_kind(Gates::Logsigmoid),
-        spec("S5-i64-f32-write", 4, 64, 32, 32, 65536).streams(2, 65536).ids64().gates_per_write().key_mode(Keys::Distinct).hits(0.1).gate_kind(Gates::Normal),
-        spec("S2-C128", 3, 128, 32, 32, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.1).gate_kind(Gates::Logsigmoid),
-        spec("S6-C128-W64", 2, 128, 64, 64, 262144).streams(2, 262144).bfloat16().key_mode(Keys::Distinct).hits(0.05).gate_kind(Gates::Logsigmoid),
-        spec("S6-f32-write-i64", 2, 128, 64, 64, 262144).ids64().gates_per_write().key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Strong).value_kind(Values::Mixed),
+        spec("alone-bf16", 4, 64, 32, 32, 1 << 20)
+            .streams(2, 1 << 20)
+            .bfloat16()
+            .key_mode(Keys::Distinct)
+            .hits(0.0)
+            .gate_kind(Gates::Logsigmoid),
+        spec("S1-uniform", 6, 64, 32, 32, 65536)
+            .streams(2, 65536)
+            .bfloat16()
+            .key_mode(Keys::Distinct)
+            .hits(0.05)
+            .gate_kind(Gates::Logsigmoid),
+        spec("S5-i64-f32-write", 4, 64, 32, 32, 65536)
+            .streams(2, 65536)
+            .ids64()
+            .gates_per_write()
+            .key_mode(Keys::Distinct)
+            .hits(0.1)
+            .gate_kind(Gates::Normal),
+        spec("S2-C128", 3, 128, 32, 32, 65536)
+            .bfloat16()
+            .key_mode(Keys::Distinct)
+            .hits(0.1)
+            .gate_kind(Gates::Logsigmoid),
+        spec("S6-C128-W64", 2, 128, 64, 64, 262144)
+            .streams(2, 262144)
+            .bfloat16()
+            .key_mode(Keys::Distinct)
+            .hits(0.05)
+            .gate_kind(Gates::Logsigmoid),
+        spec("S6-f32-write-i64", 2, 128, 64, 64, 262144)
+            .ids64()
+            .gates_per_write()
+            .key_mode(Keys::Distinct)
+            .hits(0.3)
+            .gate_kind(Gates::Strong)
+            .value_kind(Values::Mixed),
         spec("bucket-at-limit", 4, 64, 32, 32, big).lean_chunks(Lean::Crowd, 16).gate_kind(Gates::Logsigmoid),
         spec("bucket-past-limit", 4, 64, 32, 32, big).lean_chunks(Lean::Crowd, 17).gate_kind(Gates::Logsigmoid),
         spec("grouped-at-limit", 3, 64, 32, 32, big).lean_chunks(Lean::Pairs, 512).gate_kind(Gates::Normal).bfloat16(),
-        spec("grouped-past-limit", 3, 64, 32, 32, big).lean_chunks(Lean::Pairs, 513).gate_kind(Gates::Normal).bfloat16(),
-        spec("unit-terms-at-limit", 3, 64, 32, 32, big).lean_chunks(Lean::Shared, 3).gate_kind(Gates::Normal).value_kind(Values::Mixed),
-        spec("unit-terms-past-limit", 3, 64, 32, 32, big).lean_chunks(Lean::Shared, 4).gate_kind(Gates::Normal).value_kind(Values::Mixed),
+        spec("grouped-past-limit", 3, 64, 32, 32, big)
+            .lean_chunks(Lean::Pairs, 513)
+            .gate_kind(Gates::Normal)
+            .bfloat16(),
+        spec("unit-terms-at-limit", 3, 64, 32, 32, big)
+            .lean_chunks(Lean::Shared, 3)
+            .gate_kind(Gates::Normal)
+            .value_kind(Values::Mixed),
+        spec("unit-terms-past-limit", 3, 64, 32, 32, big)
+            .lean_chunks(Lean::Shared, 4)
+            .gate_kind(Gates::Normal)
+            .value_kind(Values::Mixed),
         spec("repeats-token", 4, 64, 32, 32, big).lean_chunks(Lean::Repeats).gate_kind(Gates::Logsigmoid).bfloat16(),
-        spec("repeats-write-i64", 4, 64, 32, 32, big).ids64().gates_per_write().lean_chunks(Lean::Repeats).gate_kind(Gates::Signed),
-        spec("lean-and-general-chunks", 6, 64, 32, 32, big).streams(2, big).lean_chunks(Lean::HotChunks).gate_kind(Gates::Logsigmoid).bfloat16(),
-        spec("wide-chunks-among-lean", 6, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).gate_kind(Gates::MixedChunks),
+        spec("repeats-write-i64", 4, 64, 32, 32, big)
+            .ids64()
+            .gates_per_write()
+            .lean_chunks(Lean::Repeats)
+            .gate_kind(Gates::Signed),
+        spec("lean-and-general-chunks", 6, 64, 32, 32, big)
+            .streams(2, big)
+            .lean_chunks(Lean::HotChunks)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
+        spec("wide-chunks-among-lean", 6, 64, 32, 32, 65536)
+            .key_mode(Keys::Distinct)
+            .hits(0.2)
+            .gate_kind(Gates::MixedChunks),
         // skewed chunks, several a block: each block leaves its first two to the general
         // kernel, then the rest without loading them
-        spec("skewed-blocks-give-up", 2400, 16, 8, 8, 4096).streams(4, 4096).skewed(1.1).gate_kind(Gates::Logsigmoid).bfloat16(),
-        spec("nonfinite-bf16", 4, 64, 32, 32, 65536).bfloat16().key_mode(Keys::Distinct).hits(0.2).value_kind(Values::NonFinite).gate_kind(Gates::Logsigmoid),
-        spec("nonfinite-f32-write", 4, 64, 32, 32, 65536).gates_per_write().key_mode(Keys::Distinct).hits(0.2).value_kind(Values::NonFinite).gate_kind(Gates::Normal),
-        spec("wide-values-subnormal-gates", 4, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).value_kind(Values::Wide).gate_kind(Gates::Subnormal),
-        spec("extreme-gates-one-values", 4, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).value_kind(Values::One).gate_kind(Gates::Extreme),
+        spec("skewed-blocks-give-up", 2400, 16, 8, 8, 4096)
+            .streams(4, 4096)
+            .skewed(1.1)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
+        spec("nonfinite-bf16", 4, 64, 32, 32, 65536)
+            .bfloat16()
+            .key_mode(Keys::Distinct)
+            .hits(0.2)
+            .value_kind(Values::NonFinite)
+            .gate_kind(Gates::Logsigmoid),
+        spec("nonfinite-f32-write", 4, 64, 32, 32, 65536)
+            .gates_per_write()
+            .key_mode(Keys::Distinct)
+            .hits(0.2)
+            .value_kind(Values::NonFinite)
+            .gate_kind(Gates::Normal),
+        spec("wide-values-subnormal-gates", 4, 64, 32, 32, 65536)
+            .key_mode(Keys::Distinct)
+            .hits(0.2)
+            .value_kind(Values::Wide)
+            .gate_kind(Gates::Subnormal),
+        spec("extreme-gates-one-values", 4, 64, 32, 32, 65536)
+            .key_mode(Keys::Distinct)
+            .hits(0.2)
+            .value_kind(Values::One)
+            .gate_kind(Gates::Extreme),
         spec("zero-gates", 2, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.2).gate_kind(Gates::Zero),
-        spec("recent-reads", 4, 64, 32, 32, 65536).key_mode(Keys::Distinct).read_mode(Reads::Recent).gate_kind(Gates::Logsigmoid).bfloat16(),
-        spec("valid_last-17", 4, 64, 32, 32, 65536).streams(2, 65536).valid(17).key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Normal),
-        spec("scalar-lanes-C7-W3-R5", 6, 7, 3, 5, 4096).streams(3, 4096).valid(4).key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Mixed).value_kind(Values::Mixed),
-        spec("scalar-lanes-write-W6", 4, 33, 6, 2, 8192).ids64().gates_per_write().key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Normal),
+        spec("recent-reads", 4, 64, 32, 32, 65536)
+            .key_mode(Keys::Distinct)
+            .read_mode(Reads::Recent)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
+        spec("valid_last-17", 4, 64, 32, 32, 65536)
+            .streams(2, 65536)
+            .valid(17)
+            .key_mode(Keys::Distinct)
+            .hits(0.3)
+            .gate_kind(Gates::Normal),
+        spec("scalar-lanes-C7-W3-R5", 6, 7, 3, 5, 4096)
+            .streams(3, 4096)
+            .valid(4)
+            .key_mode(Keys::Distinct)
+            .hits(0.3)
+            .gate_kind(Gates::Mixed)
+            .value_kind(Values::Mixed),
+        spec("scalar-lanes-write-W6", 4, 33, 6, 2, 8192)
+            .ids64()
+            .gates_per_write()
+            .key_mode(Keys::Distinct)
+            .hits(0.3)
+            .gate_kind(Gates::Normal),
         spec("C1-W4-R4", 8, 1, 4, 4, 4096).streams(4, 5000).key_mode(Keys::Distinct).hits(0.5).gate_kind(Gates::Normal),
-        spec("no-read-groups", 4, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.3).no_read_groups().gate_kind(Gates::Normal),
+        spec("no-read-groups", 4, 64, 32, 32, 65536)
+            .key_mode(Keys::Distinct)
+            .hits(0.3)
+            .no_read_groups()
+            .gate_kind(Gates::Normal),
     };
     for (int64_t det : {int64_t{0}, int64_t{SDM_P1_DET_POS}, int64_t{SDM_P1_DET_SPAY_RANK}, int64_t{SDM_P1_DET_FLAGS},
                         int64_t{SDM_P1_DET_SPAY_K}, int64_t{SDM_P1_DET_SPAY_Q}}) {
-        c.push_back(spec("det" + std::to_string(det), 3, 64, 32, 32, 65536).key_mode(Keys::Distinct).hits(0.3).gate_kind(Gates::Normal).fields(det));
+        c.push_back(spec("det" + std::to_string(det), 3, 64, 32, 32, 65536)
+                        .key_mode(Keys::Distinct)
+                        .hits(0.3)
+                        .gate_kind(Gates::Normal)
+                        .fields(det));
     }
     Rng rng(mix_seed(o.seed, name_seed("lean-lengths")));
     for (bool as64 : {false, true}) {
-        CaseSpec s = spec(std::string("lengths-") + (as64 ? "len64" : "len32"), 12, 64, 32, 32, 65536).streams(4, 65536)
-                         .key_mode(Keys::Distinct).hits(0.2).gate_kind(Gates::Logsigmoid).bfloat16();
+        CaseSpec s = spec(std::string("lengths-") + (as64 ? "len64" : "len32"), 12, 64, 32, 32, 65536)
+                         .streams(4, 65536)
+                         .key_mode(Keys::Distinct)
+                         .hits(0.2)
+                         .gate_kind(Gates::Logsigmoid)
+                         .bfloat16();
         c.push_back(s.stream_lengths(stream_lengths(Lengths::Mixed, s.P, s.steps(), s.C, rng), as64));
     }
     return seeded(thin(c, o, 3), "lean", o);
 }
 
-}  // namespace cuda_test
+}   // namespace cuda_test
 
-#endif  // SDM_P1_TESTS_CUDA_CASE_LISTS_H
+#endif   // SDM_P1_TESTS_CUDA_CASE_LISTS_H

@@ -34,15 +34,15 @@ public:
     // Uniform in [0, n), n >= 1.
     int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
     // Uniform in [lo, hi).
-    double uniform(double lo, double hi) {
-        return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53;
-    }
+    double uniform(double lo, double hi) { return lo + (hi - lo) * static_cast<double>(next() >> 11) * 0x1.0p-53; }
     double normal() {   // Box-Muller; good enough for test data
         const double u = uniform(0x1.0p-53, 1.0), v = uniform(0.0, 1.0);
         return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
     }
     template <typename T, size_t K>
-    T pick(const T (&a)[K]) { return a[below(static_cast<int64_t>(K))]; }
+    T pick(const T (&a)[K]) {
+        return a[below(static_cast<int64_t>(K))];
+    }
 
 private:
     uint64_t s_;
@@ -73,8 +73,20 @@ enum class Keys { Distinct, Random, Pool, Top, Zipf };
 enum class Reads { Hit, Zipf, Recent, Slot0 };
 // MixedChunks: every third chunk (c % 3 == 1) has Mixed gates (log-cumsums of the wide form,
 // left to the wide-log kernel), the others Normal ones: both kernels' chunks in one execute.
-enum class Gates { Zero, Tiny, Strong, Normal, Signed, Positive, Extreme, ExtremeSigned, Subnormal,
-                   Mixed, Logsigmoid, MixedChunks };
+enum class Gates {
+    Zero,
+    Tiny,
+    Strong,
+    Normal,
+    Signed,
+    Positive,
+    Extreme,
+    ExtremeSigned,
+    Subnormal,
+    Mixed,
+    Logsigmoid,
+    MixedChunks
+};
 // NonFinite: normal values, with NaN, +-inf, 0 and 1e30 among them (an eighth each).
 enum class Values { Normal, Mixed, One, Wide, NonFinite };
 // Chunks shaped for the lean kernel's limits (kernels/lean/), stream-relative ids otherwise
@@ -104,11 +116,11 @@ struct CaseSpec {
     int64_t valid_last = -1;      // -1: C
     bool idx64 = false;
     bool bf16 = false;
-    bool per_write = false;       // gates [N, C, W] instead of [N, C, 1]
+    bool per_write = false;   // gates [N, C, W] instead of [N, C, 1]
     Keys keys = Keys::Pool;
-    int64_t pool = 0;             // 0: max(W, C * W / 4)
-    double qhit = 0.7;            // share of Q ids drawn from the chunk's K ids (Reads::Hit)
-    double zipf = 1.1;            // the exponent of Keys::Zipf and Reads::Zipf
+    int64_t pool = 0;    // 0: max(W, C * W / 4)
+    double qhit = 0.7;   // share of Q ids drawn from the chunk's K ids (Reads::Hit)
+    double zipf = 1.1;   // the exponent of Keys::Zipf and Reads::Zipf
     Reads reads = Reads::Hit;
     Lean lean = Lean::None;
     int64_t lean_param = 0;
@@ -144,26 +156,79 @@ struct CaseSpec {
     }
 
     // Chainable setters, so the case lists read as one line per case.
-    CaseSpec& streams(int64_t p, int64_t offset = -1) { P = p; stream_offset = offset; return *this; }
-    CaseSpec& valid(int64_t v) { valid_last = v; return *this; }
-    CaseSpec& ids64() { idx64 = true; return *this; }
-    CaseSpec& bfloat16() { bf16 = true; return *this; }
-    CaseSpec& gates_per_write() { per_write = true; return *this; }
-    CaseSpec& key_mode(Keys k, int64_t pool_size = 0) { keys = k; pool = pool_size; return *this; }
-    CaseSpec& hits(double q) { qhit = q; return *this; }
-    CaseSpec& skewed(double exponent) { keys = Keys::Zipf; reads = Reads::Zipf; zipf = exponent; return *this; }
-    CaseSpec& read_mode(Reads r) { reads = r; return *this; }
-    CaseSpec& lean_chunks(Lean l, int64_t param = 0) { lean = l; lean_param = param; return *this; }
-    CaseSpec& gate_kind(Gates g) { gates = g; return *this; }
-    CaseSpec& value_kind(Values v) { values = v; return *this; }
-    CaseSpec& fields(int64_t d) { det = d; return *this; }
-    CaseSpec& no_read_groups() { read_groups = false; return *this; }
-    CaseSpec& tile(int64_t L) { rec_tile = L; return *this; }
-    CaseSpec& stream_lengths(std::vector<int64_t> l, bool as_int64 = false) { lengths = std::move(l); lengths64 = as_int64; return *this; }
+    CaseSpec& streams(int64_t p, int64_t offset = -1) {
+        P = p;
+        stream_offset = offset;
+        return *this;
+    }
+    CaseSpec& valid(int64_t v) {
+        valid_last = v;
+        return *this;
+    }
+    CaseSpec& ids64() {
+        idx64 = true;
+        return *this;
+    }
+    CaseSpec& bfloat16() {
+        bf16 = true;
+        return *this;
+    }
+    CaseSpec& gates_per_write() {
+        per_write = true;
+        return *this;
+    }
+    CaseSpec& key_mode(Keys k, int64_t pool_size = 0) {
+        keys = k;
+        pool = pool_size;
+        return *this;
+    }
+    CaseSpec& hits(double q) {
+        qhit = q;
+        return *this;
+    }
+    CaseSpec& skewed(double exponent) {
+        keys = Keys::Zipf;
+        reads = Reads::Zipf;
+        zipf = exponent;
+        return *this;
+    }
+    CaseSpec& read_mode(Reads r) {
+        reads = r;
+        return *this;
+    }
+    CaseSpec& lean_chunks(Lean l, int64_t param = 0) {
+        lean = l;
+        lean_param = param;
+        return *this;
+    }
+    CaseSpec& gate_kind(Gates g) {
+        gates = g;
+        return *this;
+    }
+    CaseSpec& value_kind(Values v) {
+        values = v;
+        return *this;
+    }
+    CaseSpec& fields(int64_t d) {
+        det = d;
+        return *this;
+    }
+    CaseSpec& no_read_groups() {
+        read_groups = false;
+        return *this;
+    }
+    CaseSpec& tile(int64_t L) {
+        rec_tile = L;
+        return *this;
+    }
+    CaseSpec& stream_lengths(std::vector<int64_t> l, bool as_int64 = false) {
+        lengths = std::move(l);
+        lengths64 = as_int64;
+        return *this;
+    }
 };
 
-inline CaseSpec spec(const std::string& name, int64_t N, int64_t C, int64_t W, int64_t R,
-                     int64_t num_keys) {
+inline CaseSpec spec(const std::string& name, int64_t N, int64_t C, int64_t W, int64_t R, int64_t num_keys) {
     CaseSpec s;
     s.name = name;
     s.N = N;
@@ -180,8 +245,7 @@ inline CaseSpec fit_records(CaseSpec s) {
     return s;
 }
 
-inline sdm_p1_desc make_desc(const CaseSpec& s, int32_t backend,
-                             int32_t mode = SDM_P1_OUTPUTS_PLAN) {
+inline sdm_p1_desc make_desc(const CaseSpec& s, int32_t backend, int32_t mode = SDM_P1_OUTPUTS_PLAN) {
     sdm_p1_desc d = SDM_P1_DESC_INITIALIZER;
     d.N = s.N;
     d.C = s.C;
@@ -216,10 +280,9 @@ inline std::string describe(const CaseSpec& s) {
     std::snprintf(b, sizeof b,
                   "%s [N=%lld C=%lld W=%lld R=%lld P=%lld keys=%lld off=%lld vl=%lld %s %s g%s "
                   "det=%lld rg=%d L=%lld seed=%llu]",
-                  s.name.c_str(), (long long)s.N, (long long)s.C, (long long)s.W, (long long)s.R,
-                  (long long)s.P, (long long)s.num_keys, (long long)s.offset(),
-                  (long long)s.last_valid(), s.idx64 ? "i64" : "i32", s.bf16 ? "bf16" : "f32",
-                  s.per_write ? "W" : "1", (long long)s.det, s.read_groups ? 1 : 0,
+                  s.name.c_str(), (long long)s.N, (long long)s.C, (long long)s.W, (long long)s.R, (long long)s.P,
+                  (long long)s.num_keys, (long long)s.offset(), (long long)s.last_valid(), s.idx64 ? "i64" : "i32",
+                  s.bf16 ? "bf16" : "f32", s.per_write ? "W" : "1", (long long)s.det, s.read_groups ? 1 : 0,
                   (long long)s.rec_tile, (unsigned long long)s.seed);
     return b + describe_lengths(s);
 }
@@ -285,55 +348,78 @@ private:
 
 inline float gate_value(Gates kind, Rng& rng) {
     static const float tiny[] = {-1e-9f, 1e-9f, -2.0611537e-09f, -1e-12f, -3.5e-10f};
-    static const float subnormal[] = {1e-40f, -1e-40f, 1.4e-45f, -1.4e-45f, -1e-39f, -1e-38f,
-                                      -0.25f, 0.0f};
+    static const float subnormal[] = {1e-40f, -1e-40f, 1.4e-45f, -1.4e-45f, -1e-39f, -1e-38f, -0.25f, 0.0f};
     static const double extreme[] = {4.0e6, 4194303.5, 20.0, 1.0, 1e-9, 0x1.0p-72, 1.7 * 0x1.0p-60};
     static const double scale[] = {1.0, 0.75, 0.5};
     switch (kind) {
-        case Gates::Zero: return 0.0f;
-        case Gates::Tiny: return rng.pick(tiny);
-        case Gates::Strong: return rng.below(4) == 0 ? -20.0f : static_cast<float>(-rng.uniform(10, 20));
-        case Gates::Normal: return static_cast<float>(-rng.uniform(0.0, 0.5));
-        case Gates::Signed: return static_cast<float>(rng.uniform(-1.0, 1.0));
-        case Gates::Positive: return static_cast<float>(rng.uniform(0.0, 0.5));
-        case Gates::Extreme: return static_cast<float>(-rng.pick(extreme) * rng.pick(scale));
+        case Gates::Zero:
+            return 0.0f;
+        case Gates::Tiny:
+            return rng.pick(tiny);
+        case Gates::Strong:
+            return rng.below(4) == 0 ? -20.0f : static_cast<float>(-rng.uniform(10, 20));
+        case Gates::Normal:
+            return static_cast<float>(-rng.uniform(0.0, 0.5));
+        case Gates::Signed:
+            return static_cast<float>(rng.uniform(-1.0, 1.0));
+        case Gates::Positive:
+            return static_cast<float>(rng.uniform(0.0, 0.5));
+        case Gates::Extreme:
+            return static_cast<float>(-rng.pick(extreme) * rng.pick(scale));
         case Gates::ExtremeSigned:
             return static_cast<float>((rng.below(2) ? 1.0 : -1.0) * rng.pick(extreme) * rng.pick(scale));
-        case Gates::Subnormal: return rng.pick(subnormal);
+        case Gates::Subnormal:
+            return rng.pick(subnormal);
         case Gates::Mixed:
             switch (rng.below(6)) {
-                case 0: return 0.0f;
-                case 1: return rng.pick(tiny);
-                case 2: return static_cast<float>(-rng.uniform(0.0, 0.1));
-                case 3: return static_cast<float>(-rng.uniform(0.0, 3.0));
-                case 4: return -20.0f;
-                default: return static_cast<float>(-rng.uniform(10.0, 20.0));
+                case 0:
+                    return 0.0f;
+                case 1:
+                    return rng.pick(tiny);
+                case 2:
+                    return static_cast<float>(-rng.uniform(0.0, 0.1));
+                case 3:
+                    return static_cast<float>(-rng.uniform(0.0, 3.0));
+                case 4:
+                    return -20.0f;
+                default:
+                    return static_cast<float>(-rng.uniform(10.0, 20.0));
             }
         case Gates::Logsigmoid: {
             const double x = rng.uniform(-2.0, 8.0);
             return static_cast<float>(-std::log1p(std::exp(-x)));
         }
-        case Gates::MixedChunks: break;   // a kind per chunk: make_inputs asks for Mixed or Normal
+        case Gates::MixedChunks:
+            break;   // a kind per chunk: make_inputs asks for Mixed or Normal
     }
     return 0.0f;
 }
 
 inline float value(Values kind, Rng& rng) {
     switch (kind) {
-        case Values::Normal: return static_cast<float>(rng.normal());
+        case Values::Normal:
+            return static_cast<float>(rng.normal());
         case Values::Mixed:
             return static_cast<float>((rng.below(2) ? 1.0 : -1.0) * std::pow(10.0, rng.uniform(-3, 3)));
-        case Values::One: return 1.0f;
+        case Values::One:
+            return 1.0f;
         case Values::Wide:   // from float32 subnormals to 2^40
-            return static_cast<float>((rng.below(2) ? 1.0 : -1.0) * std::ldexp(rng.uniform(1, 2), static_cast<int>(rng.below(170)) - 130));
+            return static_cast<float>((rng.below(2) ? 1.0 : -1.0) *
+                                      std::ldexp(rng.uniform(1, 2), static_cast<int>(rng.below(170)) - 130));
         case Values::NonFinite:
             switch (rng.below(8)) {
-                case 0: return std::numeric_limits<float>::quiet_NaN();
-                case 1: return std::numeric_limits<float>::infinity();
-                case 2: return -std::numeric_limits<float>::infinity();
-                case 3: return 0.0f;
-                case 4: return 1e30f;
-                default: return static_cast<float>(rng.normal());
+                case 0:
+                    return std::numeric_limits<float>::quiet_NaN();
+                case 1:
+                    return std::numeric_limits<float>::infinity();
+                case 2:
+                    return -std::numeric_limits<float>::infinity();
+                case 3:
+                    return 0.0f;
+                case 4:
+                    return 1e30f;
+                default:
+                    return static_cast<float>(rng.normal());
             }
     }
     return 0.0f;
@@ -368,10 +454,12 @@ public:
         for (size_t r = 0; r < cdf_.size(); ++r) cdf_[r] = total += std::pow(static_cast<double>(r + 1), -s);
         for (double& c : cdf_) c /= total;
         for (size_t r = 0; r < perm_.size(); ++r) perm_[r] = static_cast<int64_t>(r);
-        for (size_t r = perm_.size(); r > 1; --r) std::swap(perm_[r - 1], perm_[static_cast<size_t>(rng.below(static_cast<int64_t>(r)))]);
+        for (size_t r = perm_.size(); r > 1; --r)
+            std::swap(perm_[r - 1], perm_[static_cast<size_t>(rng.below(static_cast<int64_t>(r)))]);
     }
     int64_t draw(Rng& rng) const {
-        const size_t r = static_cast<size_t>(std::lower_bound(cdf_.begin(), cdf_.end(), rng.uniform(0, 1)) - cdf_.begin());
+        const size_t r =
+            static_cast<size_t>(std::lower_bound(cdf_.begin(), cdf_.end(), rng.uniform(0, 1)) - cdf_.begin());
         return perm_[std::min(r, perm_.size() - 1)];
     }
     // k distinct slots (k <= num_keys), redrawing repeats.
@@ -408,8 +496,8 @@ inline std::vector<int64_t> chunk_keys(const CaseSpec& s, Rng& rng, const ZipfSl
     if (s.keys != Keys::Distinct) {
         const int64_t pool = s.pool > 0 ? s.pool : std::max(W, C * W / 4);
         const int64_t m = std::max(W, std::min(pool, s.num_keys));
-        src = s.keys == Keys::Pool ? distinct_sample(rng, 0, s.num_keys, m)
-                                   : distinct_sample(rng, s.num_keys - m, m, m);
+        src =
+            s.keys == Keys::Pool ? distinct_sample(rng, 0, s.num_keys, m) : distinct_sample(rng, s.num_keys - m, m, m);
     }
     for (int64_t t = 0; t < C; ++t) {
         if (src.empty()) {
@@ -417,7 +505,8 @@ inline std::vector<int64_t> chunk_keys(const CaseSpec& s, Rng& rng, const ZipfSl
             std::copy(d.begin(), d.end(), keys.begin() + t * W);
         } else {
             const std::vector<int64_t> d = distinct_sample(rng, 0, static_cast<int64_t>(src.size()), W);
-            for (int64_t w = 0; w < W; ++w) keys[static_cast<size_t>(t * W + w)] = src[static_cast<size_t>(d[static_cast<size_t>(w)])];
+            for (int64_t w = 0; w < W; ++w)
+                keys[static_cast<size_t>(t * W + w)] = src[static_cast<size_t>(d[static_cast<size_t>(w)])];
         }
     }
     return keys;
@@ -437,16 +526,21 @@ inline std::vector<int64_t> chunk_reads(const CaseSpec& s, Rng& rng, const std::
         for (int64_t j = 0; j < R; ++j) {
             int64_t& x = q[static_cast<size_t>(t * R + j)];
             switch (s.reads) {
-                case Reads::Slot0: x = 0; break;
+                case Reads::Slot0:
+                    x = 0;
+                    break;
                 case Reads::Recent: {
                     const int64_t from = std::max<int64_t>(0, t - 3);
                     x = keys[static_cast<size_t>((from + rng.below(t - from + 1)) * W + rng.below(W))];
                     break;
                 }
-                case Reads::Zipf: x = zipf->draw(rng); break;   // fewer keys than lanes
+                case Reads::Zipf:
+                    x = zipf->draw(rng);
+                    break;   // fewer keys than lanes
                 case Reads::Hit:
-                    x = rng.uniform(0, 1) < s.qhit ? keys[static_cast<size_t>(rng.below(static_cast<int64_t>(keys.size())))]
-                                                   : rng.below(s.num_keys);
+                    x = rng.uniform(0, 1) < s.qhit
+                            ? keys[static_cast<size_t>(rng.below(static_cast<int64_t>(keys.size())))]
+                            : rng.below(s.num_keys);
                     break;
             }
         }
@@ -489,7 +583,8 @@ inline std::pair<std::vector<int64_t>, std::vector<int64_t>> lean_chunk(const Ca
             break;
         }
         case Lean::Pairs:
-            for (int64_t i = 0; i < s.lean_param && i + nk / 2 < nk; ++i) k[static_cast<size_t>(i + nk / 2)] = k[static_cast<size_t>(i)];
+            for (int64_t i = 0; i < s.lean_param && i + nk / 2 < nk; ++i)
+                k[static_cast<size_t>(i + nk / 2)] = k[static_cast<size_t>(i)];
             break;
         case Lean::Shared:
             for (int64_t t = 1; t < std::min(s.lean_param, C); ++t) {
@@ -513,7 +608,8 @@ inline std::pair<std::vector<int64_t>, std::vector<int64_t>> lean_chunk(const Ca
                 }
             }
             break;
-        case Lean::None: break;
+        case Lean::None:
+            break;
     }
     return {k, q};
 }
@@ -562,8 +658,10 @@ inline HostInputs make_inputs(const CaseSpec& s) {
         const int64_t base = (c % s.P) * s.offset();
         if (s.lean != Lean::None) {
             const auto ids = lean_chunk(s, c, rng);
-            for (size_t i = 0; i < ids.first.size(); ++i) in.k_ids[static_cast<size_t>(c * s.C * s.W) + i] = base + ids.first[i];
-            for (size_t i = 0; i < ids.second.size(); ++i) in.q_ids[static_cast<size_t>(c * s.C * s.R) + i] = base + ids.second[i];
+            for (size_t i = 0; i < ids.first.size(); ++i)
+                in.k_ids[static_cast<size_t>(c * s.C * s.W) + i] = base + ids.first[i];
+            for (size_t i = 0; i < ids.second.size(); ++i)
+                in.q_ids[static_cast<size_t>(c * s.C * s.R) + i] = base + ids.second[i];
             continue;
         }
         const std::vector<int64_t> keys = chunk_keys(s, rng, zipf.get());
@@ -585,6 +683,6 @@ inline HostInputs make_inputs(const CaseSpec& s) {
     return in;
 }
 
-}  // namespace cuda_test
+}   // namespace cuda_test
 
-#endif  // SDM_P1_TESTS_CUDA_CASES_H
+#endif   // SDM_P1_TESTS_CUDA_CASES_H

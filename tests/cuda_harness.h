@@ -26,8 +26,7 @@ namespace cuda_test {
 inline void cuda_check(cudaError_t e, const char* what, const char* file, int line) {
     if (e == cudaSuccess) return;
     char b[512];
-    std::snprintf(b, sizeof b, "%s:%d: %s: %s (%s)", file, line, what, cudaGetErrorName(e),
-                  cudaGetErrorString(e));
+    std::snprintf(b, sizeof b, "%s:%d: %s: %s (%s)", file, line, what, cudaGetErrorName(e), cudaGetErrorString(e));
     throw std::runtime_error(b);
 }
 
@@ -69,8 +68,13 @@ struct DeviceInputs {
     int32_t lengths_dtype;
 
     explicit DeviceInputs(const Encoded& e)
-        : k_idx(e.k_idx.size()), q_idx(e.q_idx.size()), k_val(e.k_val.size()),
-          q_val(e.q_val.size()), g(e.g.size()), beta(e.beta.size()), lengths(e.lengths.size()),
+        : k_idx(e.k_idx.size()),
+          q_idx(e.q_idx.size()),
+          k_val(e.k_val.size()),
+          q_val(e.q_val.size()),
+          g(e.g.size()),
+          beta(e.beta.size()),
+          lengths(e.lengths.size()),
           lengths_dtype(e.lengths_dtype) {
         upload(e);
     }
@@ -162,19 +166,27 @@ enum class OutMode { Plan, Caller, CallerShifted, Mixed };
 
 inline const char* mode_name(OutMode m) {
     switch (m) {
-        case OutMode::Plan: return "plan buffers";
-        case OutMode::Caller: return "caller buffers";
-        case OutMode::CallerShifted: return "caller buffers, shifted";
-        default: return "mixed buffers";
+        case OutMode::Plan:
+            return "plan buffers";
+        case OutMode::Caller:
+            return "caller buffers";
+        case OutMode::CallerShifted:
+            return "caller buffers, shifted";
+        default:
+            return "mixed buffers";
     }
 }
 
 inline size_t dtype_size(int32_t dtype) {
     switch (dtype) {
-        case SDM_P1_DTYPE_INT8: return 1;
-        case SDM_P1_DTYPE_BFLOAT16: return 2;
-        case SDM_P1_DTYPE_INT64: return 8;
-        default: return 4;
+        case SDM_P1_DTYPE_INT8:
+            return 1;
+        case SDM_P1_DTYPE_BFLOAT16:
+            return 2;
+        case SDM_P1_DTYPE_INT64:
+            return 8;
+        default:
+            return 4;
     }
 }
 
@@ -182,10 +194,9 @@ inline size_t dtype_size(int32_t dtype) {
 class CudaPlan {
 public:
     CudaPlan(const CaseSpec& s, OutMode mode, const sdm_p1_allocator* alloc = nullptr) : mode_(mode) {
-        sdm_p1_desc d = make_desc(s, SDM_P1_BACKEND_CUDA,
-                                  mode == OutMode::Caller || mode == OutMode::CallerShifted
-                                      ? SDM_P1_OUTPUTS_CALLER
-                                      : SDM_P1_OUTPUTS_PLAN);
+        sdm_p1_desc d = make_desc(
+            s, SDM_P1_BACKEND_CUDA,
+            mode == OutMode::Caller || mode == OutMode::CallerShifted ? SDM_P1_OUTPUTS_CALLER : SDM_P1_OUTPUTS_PLAN);
         if (alloc != nullptr) d.allocator = *alloc;
         sdm_p1_plan* plan = nullptr;
         const sdm_p1_status st = sdm_p1_plan_create(&plan, &d);
@@ -196,8 +207,8 @@ public:
             given_[f] = nullptr;
             where_[f] = views_[f].data;
             if (!views_[f].requested) continue;
-            const bool own = mode == OutMode::Caller || mode == OutMode::CallerShifted ||
-                             (mode == OutMode::Mixed && f % 2 == 1);
+            const bool own =
+                mode == OutMode::Caller || mode == OutMode::CallerShifted || (mode == OutMode::Mixed && f % 2 == 1);
             if (own) {
                 const size_t shift = mode == OutMode::CallerShifted ? dtype_size(views_[f].dtype) : 0;
                 caller_.emplace_back(views_[f].bytes + shift);
@@ -309,12 +320,11 @@ inline std::string compare_fields(const RunResult& cpu, const RunResult& gpu) {
             }
         }
         char b[400];
-        std::snprintf(b, sizeof b, "%s: %zu of %zu elements differ; first at %s: cpu 0x%llx, cuda 0x%llx%s",
-                      cpu.views[f].name, count, n, coordinates(cpu.views[f], first).c_str(),
-                      (unsigned long long)element_bits(x, first, es),
-                      (unsigned long long)element_bits(y, first, es),
-                      element_bits(y, first, es) == 0xA5A5A5A5A5A5A5A5ull >> (64 - 8 * es)
-                          ? " (the poison: never written)" : "");
+        std::snprintf(
+            b, sizeof b, "%s: %zu of %zu elements differ; first at %s: cpu 0x%llx, cuda 0x%llx%s", cpu.views[f].name,
+            count, n, coordinates(cpu.views[f], first).c_str(), (unsigned long long)element_bits(x, first, es),
+            (unsigned long long)element_bits(y, first, es),
+            element_bits(y, first, es) == 0xA5A5A5A5A5A5A5A5ull >> (64 - 8 * es) ? " (the poison: never written)" : "");
         return b;
     }
     return "";
@@ -352,8 +362,8 @@ public:
     }
     void end() {
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-        std::printf("%-14s %4d checks: %4d passed, %d failed (%.1f s)\n", family_.c_str(),
-                    passed_ + failed_, passed_, failed_, s);
+        std::printf("%-14s %4d checks: %4d passed, %d failed (%.1f s)\n", family_.c_str(), passed_ + failed_, passed_,
+                    failed_, s);
         std::fflush(stdout);
         total_passed_ += passed_;
         total_failed_ += failed_;
@@ -367,6 +377,6 @@ private:
     std::chrono::steady_clock::time_point start_;
 };
 
-}  // namespace cuda_test
+}   // namespace cuda_test
 
-#endif  // SDM_P1_TESTS_CUDA_HARNESS_H
+#endif   // SDM_P1_TESTS_CUDA_HARNESS_H

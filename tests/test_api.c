@@ -1,7 +1,7 @@
 /* The C API as a C99 caller sees it: versions, statuses, every descriptor and execute error,
  * allocators, output modes and views, structs of other header versions (the struct-size
  * rule), sizes at the limits of size_t and ptrdiff_t, and a hand-worked chunk. */
-#define _POSIX_C_SOURCE 200809L   /* sysconf */
+#define _POSIX_C_SOURCE 200809L /* sysconf */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -68,8 +68,7 @@ static sdm_p1_inputs problem_inputs(const Problem* p) {
 }
 
 /* Creating a plan from *d fails with `want` and a message containing `needle`. */
-static void expect_create_fails_at(const sdm_p1_desc* d, sdm_p1_status want, const char* needle,
-                                   const char* what) {
+static void expect_create_fails_at(const sdm_p1_desc* d, sdm_p1_status want, const char* needle, const char* what) {
     sdm_p1_plan* plan = (sdm_p1_plan*)&plan; /* any non-NULL value: must be reset to NULL */
     const sdm_p1_status s = sdm_p1_plan_create(&plan, d);
     CHECK_MSG(s == want, what);
@@ -81,8 +80,7 @@ static void expect_create_fails_at(const sdm_p1_desc* d, sdm_p1_status want, con
     if (s == SDM_P1_SUCCESS) sdm_p1_plan_destroy(plan);
 }
 
-static void expect_create_fails(sdm_p1_desc d, sdm_p1_status want, const char* needle,
-                                const char* what) {
+static void expect_create_fails(sdm_p1_desc d, sdm_p1_status want, const char* needle, const char* what) {
     expect_create_fails_at(&d, want, needle, what);
 }
 
@@ -122,8 +120,7 @@ static void counting_free(void* ctx, void* ptr, size_t bytes, void* stream) {
 static void test_versions_and_statuses(void) {
     CHECK(sdm_p1_version_number() == SDM_P1_VERSION_NUMBER);
     char version[32];
-    snprintf(version, sizeof version, "%d.%d.%d", SDM_P1_VERSION_MAJOR, SDM_P1_VERSION_MINOR,
-             SDM_P1_VERSION_PATCH);
+    snprintf(version, sizeof version, "%d.%d.%d", SDM_P1_VERSION_MAJOR, SDM_P1_VERSION_MINOR, SDM_P1_VERSION_PATCH);
     CHECK(strcmp(sdm_p1_version_string(), version) == 0);
     CHECK(SDM_P1_VERSION_NUMBER >= 10200);
     CHECK(strcmp(sdm_p1_status_string(SDM_P1_SUCCESS), "SDM_P1_SUCCESS") == 0);
@@ -187,9 +184,9 @@ static void test_descriptor_errors(void) {
     CHECK(sdm_p1_plan_create(&plan, NULL) == SDM_P1_ERROR_INVALID_ARGUMENT && plan == NULL);
     CHECK(strstr(sdm_p1_last_error(), "desc is NULL") != NULL);
 
-#define BAD(field, value, status, needle)               \
-    d = ok;                                             \
-    d.field = value;                                    \
+#define BAD(field, value, status, needle) \
+    d = ok;                               \
+    d.field = value;                      \
     expect_create_fails(d, status, needle, #field " = " #value)
     BAD(magic, 0u, SDM_P1_ERROR_INVALID_ARGUMENT, "SDM_P1_DESC_INITIALIZER");
     BAD(struct_size, 8u, SDM_P1_ERROR_INVALID_ARGUMENT, "SDM_P1_DESC_INITIALIZER");
@@ -295,7 +292,8 @@ static void test_resolved_desc_and_views(void) {
     CHECK(v[SDM_P1_FIELD_TILES_Q].shape[1] == (TC * TR + 4) / 5 + 1);
     CHECK(v[SDM_P1_FIELD_DC_BPRE].shape[1] == (TC * TW + 31) / 32 + 1);
     CHECK(v[SDM_P1_FIELD_QREC8].shape[2] == 2 && v[SDM_P1_FIELD_KREC].shape[2] == 4);
-    CHECK(v[SDM_P1_FIELD_K_EFF].dtype == SDM_P1_DTYPE_BFLOAT16 && v[SDM_P1_FIELD_K_EFF].bytes == (size_t)TN * TC * TW * 2);
+    CHECK(v[SDM_P1_FIELD_K_EFF].dtype == SDM_P1_DTYPE_BFLOAT16 &&
+          v[SDM_P1_FIELD_K_EFF].bytes == (size_t)TN * TC * TW * 2);
     CHECK(!v[SDM_P1_FIELD_DC_REC].requested);
     sdm_p1_plan_destroy(plan);
 }

@@ -28,8 +28,8 @@ Fix from_i128(i128 v) {
 // more and below 2^31, as a 128-bit integer; false when it is not a whole number there.
 bool exact_fixed(double d, i128* out) {
     int e = 0;
-    const double m = std::frexp(d, &e);                             // d = m * 2^e, 0.5 <= |m| < 1
-    const auto mant = static_cast<int64_t>(std::ldexp(m, 53));     // exact
+    const double m = std::frexp(d, &e);                          // d = m * 2^e, 0.5 <= |m| < 1
+    const auto mant = static_cast<int64_t>(std::ldexp(m, 53));   // exact
     const int shift = e - 53 + 96;
     if (shift >= 0) {
         *out = static_cast<i128>(mant) * (static_cast<i128>(1) << shift);
@@ -92,10 +92,10 @@ void test_gate_limits() {
     CHECK(gate_to_fix(0.0f, &f) && fix_is_zero(f));
     CHECK(gate_to_fix(-0.0f, &f) && fix_is_zero(f));
     // Below 2^-73 the value rounds to a multiple of 2^-96, ties to even.
-    CHECK(gate_to_fix(std::ldexp(1.0f, -97), &f) && fix_is_zero(f));                    // tie -> 0
-    CHECK(gate_to_fix(std::ldexp(1.5f, -97), &f) && to_i128(f) == 1);                   // 0.75 -> 1
-    CHECK(gate_to_fix(std::ldexp(3.0f, -97), &f) && to_i128(f) == 2);                   // 1.5 -> 2
-    CHECK(gate_to_fix(-std::ldexp(5.0f, -97), &f) && to_i128(f) == -2);                 // 2.5 -> 2
+    CHECK(gate_to_fix(std::ldexp(1.0f, -97), &f) && fix_is_zero(f));      // tie -> 0
+    CHECK(gate_to_fix(std::ldexp(1.5f, -97), &f) && to_i128(f) == 1);     // 0.75 -> 1
+    CHECK(gate_to_fix(std::ldexp(3.0f, -97), &f) && to_i128(f) == 2);     // 1.5 -> 2
+    CHECK(gate_to_fix(-std::ldexp(5.0f, -97), &f) && to_i128(f) == -2);   // 2.5 -> 2
     CHECK(gate_to_fix(FLT_TRUE_MIN, &f) && fix_is_zero(f));
     CHECK(gate_to_fix(-1e-9f, &f) && fix_to_f32(f) == -1e-9f);
 }
@@ -171,8 +171,8 @@ void test_compact_conversions() {
         const i128 x = static_cast<i128>(static_cast<u128>(static_cast<i128>(v)) << s);
         const Fix f = fix_shift_up(static_cast<uint64_t>(v), s);
         rounds &= rounds_correctly(x, compact_to_f32(v, s), 24) && rounds_correctly(x, compact_to_f64(v, s), 53);
-        same &= f32_bits(compact_to_f32(v, s)) == f32_bits(fix_to_f32(f)) &&
-                compact_to_f64(v, s) == fix_to_f64(f) && exp_compact(v, s) == exp_fix(f);
+        same &= f32_bits(compact_to_f32(v, s)) == f32_bits(fix_to_f32(f)) && compact_to_f64(v, s) == fix_to_f64(f) &&
+                exp_compact(v, s) == exp_fix(f);
     }
     CHECK(rounds);
     CHECK(same);
@@ -207,7 +207,8 @@ void test_fix_rounding() {
         // Values with every bit pattern length, including exact ties.
         const int bits = 1 + static_cast<int>(rng() % 125);
         i128 x = static_cast<i128>((static_cast<u128>(rng()) << 64 | rng()) >> (128 - bits));
-        if (i % 7 == 0 && bits > 30) x = (x >> (bits - 24)) << (bits - 24) | (static_cast<i128>(1) << (bits - 25));  // a tie
+        if (i % 7 == 0 && bits > 30)
+            x = (x >> (bits - 24)) << (bits - 24) | (static_cast<i128>(1) << (bits - 25));   // a tie
         if (rng() & 1) x = -x;
         ok32 &= rounds_correctly(x, fix_to_f32(from_i128(x)), 24);
         ok64 &= rounds_correctly(x, fix_to_f64(from_i128(x)), 53);
@@ -276,7 +277,7 @@ void test_packing() {
     CHECK(payload_word(200, 255, true, false) == (200u << 9 | 0x100u | 255u | 0x20000u));
 }
 
-}  // namespace
+}   // namespace
 
 int main() {
     RUN(test_gate_round_trip);

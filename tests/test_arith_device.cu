@@ -17,12 +17,12 @@ namespace {
 
 // One sample's operands and the bits of every canonical function of them.
 struct Operands {
-    Fix x;        // a log value (fixed point)
-    Fix y;        // another, for differences
+    Fix x;   // a log value (fixed point)
+    Fix y;   // another, for differences
     float gate;
     float v, w;   // values
     float beta;
-    int64_t cv;          // a value in the compact form cv * 2^(cs - 96)
+    int64_t cv;   // a value in the compact form cv * 2^(cs - 96)
     int32_t cs;
     uint32_t num, den;   // a division (Divider): num < 2^31, 1 <= den < 2^31
 };
@@ -38,12 +38,12 @@ struct Results {
     uint64_t pair;
     uint32_t bf16;
     uint32_t lowest_bit, magnitude_bits;   // of x (x non-zero for the first)
-    Fix compact;                          // x >> its lowest bit, shifted back up
+    Fix compact;                           // x >> its lowest bit, shifted back up
     // compact_to_f32, compact_to_f64 and exp_compact of (cv, cs), and fix_to_f32, fix_to_f64
     // and exp_fix of fix_shift_up(cv, cs): they must agree.
     uint32_t compact_f32, via_fix_f32;
     uint64_t compact_f64, via_fix_f64, compact_exp, via_fix_exp;
-    uint32_t quotient, remainder;         // num / den, num % den by make_divider(den)
+    uint32_t quotient, remainder;   // num / den, num % den by make_divider(den)
 };
 
 SDM_HD uint64_t bits64(double d) {
@@ -105,7 +105,7 @@ float random_float(std::mt19937_64& rng, int lo_exp, int hi_exp) {
     return (rng() & 1) ? -f : f;
 }
 
-}  // namespace
+}   // namespace
 
 int main() {
     int devices = 0;
@@ -149,9 +149,9 @@ int main() {
     cudaFree(d_in);
     cudaFree(d_out);
 
-    const char* names[] = {"fix_to_f32", "fix_to_f64", "exp_fix", "gate_to_fix", "scaled_f32",
-                           "neg_beta_scaled_f32", "pair_term_add", "bf16_from_f32", "fix compact form",
-                           "compact conversions", "Divider"};
+    const char* names[] = {"fix_to_f32",       "fix_to_f64",          "exp_fix",       "gate_to_fix",
+                           "scaled_f32",       "neg_beta_scaled_f32", "pair_term_add", "bf16_from_f32",
+                           "fix compact form", "compact conversions", "Divider"};
     long mismatches[11] = {};
     for (int i = 0; i < kSamples; ++i) {
         const Results h = evaluate(in[i]);

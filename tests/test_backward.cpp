@@ -35,13 +35,17 @@ struct Problem {
         const int64_t N = desc.N, C = desc.C, W = desc.W, R = desc.R;
         switch (f) {
             case SDM_P1_FIELD_A:
-            case SDM_P1_FIELD_QK: return N * C * C;
+            case SDM_P1_FIELD_QK:
+                return N * C * C;
             case SDM_P1_FIELD_LOG_Q:
             case SDM_P1_FIELD_Q_W:
             case SDM_P1_FIELD_QREC:
-            case SDM_P1_FIELD_QREC8: return N * C * R;
-            case SDM_P1_FIELD_KREC: return 2 * N * C * W;
-            default: return N * C * W;
+            case SDM_P1_FIELD_QREC8:
+                return N * C * R;
+            case SDM_P1_FIELD_KREC:
+                return 2 * N * C * W;
+            default:
+                return N * C * W;
         }
     }
     bool bf16() const { return desc.value_dtype == SDM_P1_DTYPE_BFLOAT16; }
@@ -342,8 +346,7 @@ void test_bad_data_refused_nothing_written() {
     call.payload = bad.data();
     // Chunk 2, position 5: one entry twice (and another missing).
     bad[2 * row + 5] = bad[2 * row + 4];
-    expect_refused(backward(p, call), SDM_P1_ERROR_INVALID_INPUT,
-                   "sdm_p1_execute_backward: payload[2, 5] = ");
+    expect_refused(backward(p, call), SDM_P1_ERROR_INVALID_INPUT, "sdm_p1_execute_backward: payload[2, 5] = ");
     CHECK(has(backward(p, call).error, "names an entry an earlier word named: the payload is not the sort of chunk 2"));
     // A lane past W.
     bad = good;
@@ -499,7 +502,7 @@ void test_hand_worked() {
     CHECK(r.dbeta[0] == 0.0f && near_ulps(r.dbeta[1], -3.0 * e15, 1));
 }
 
-}  // namespace
+}   // namespace
 
 int main() {
     RUN(test_argument_refusals);

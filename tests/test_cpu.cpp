@@ -180,8 +180,8 @@ void test_flush_to_zero_caller() {
 
 void test_first_bad_chunk_reported() {
     Problem p = make_problem(false, 13u);
-    p.k_idx[(3 * p.desc.C + 2) * p.desc.W] = -1;   // chunk 3
-    p.g[(9 * p.desc.C + 1) * p.desc.W + 4] = NAN;  // chunk 9
+    p.k_idx[(3 * p.desc.C + 2) * p.desc.W] = -1;    // chunk 3
+    p.g[(9 * p.desc.C + 1) * p.desc.W + 4] = NAN;   // chunk 9
     for (int threads : {1, 4, 12}) {
         std::string error;
         CHECK(run(p, threads, &error).empty());
@@ -268,10 +268,12 @@ void test_lengths_per_chunk() {
                 const float* lk = reinterpret_cast<const float*>(out[SDM_P1_FIELD_LOG_K].data()) + c * C * d.W;
                 const uint16_t* cpe = reinterpret_cast<const uint16_t*>(out[SDM_P1_FIELD_CPE].data()) + c * C * d.W;
                 const int8_t* last = reinterpret_cast<const int8_t*>(out[SDM_P1_FIELD_IS_LAST].data()) + c * C * d.W;
-                const int32_t* pay = reinterpret_cast<const int32_t*>(out[SDM_P1_FIELD_PAYLOAD].data()) + c * views[SDM_P1_FIELD_PAYLOAD].shape[1];
+                const int32_t* pay = reinterpret_cast<const int32_t*>(out[SDM_P1_FIELD_PAYLOAD].data()) +
+                                     c * views[SDM_P1_FIELD_PAYLOAD].shape[1];
                 for (int64_t i = 0; i < C * C; ++i) neutral &= a[i] == 0.0f;
                 for (int64_t i = 0; i < C * d.W; ++i) neutral &= lk[i] == 0.0f && cpe[i] == 0x3F80 && last[i] == 0;
-                for (int64_t i = 0; i < C * (d.W + d.R); ++i) neutral &= (static_cast<uint32_t>(pay[i]) & 0x20000u) != 0;
+                for (int64_t i = 0; i < C * (d.W + d.R); ++i)
+                    neutral &= (static_cast<uint32_t>(pay[i]) & 0x20000u) != 0;
                 continue;
             }
             Problem one = p;
@@ -326,7 +328,9 @@ void test_bad_lengths() {
         bool as_int32;
         const char* message;
     } bad[] = {
-        {{96, -1, 7}, false, "sdm_p1_execute: stream_lengths[1] = -1: stream 1's length must be in 0..96 (steps * C = 4 * 24)"},
+        {{96, -1, 7},
+         false,
+         "sdm_p1_execute: stream_lengths[1] = -1: stream 1's length must be in 0..96 (steps * C = 4 * 24)"},
         {{96, 50, 97}, true, "sdm_p1_execute: stream_lengths[2] = 97: stream 2's length must be in 0..96"},
         {{INT64_MIN, 50, 7}, false, "stream_lengths[0] = -9223372036854775808: stream 0's"},
         {{INT32_MAX, 50, 7}, true, "stream_lengths[0] = 2147483647: stream 0's"},
@@ -346,17 +350,20 @@ void test_bad_lengths() {
     in = p.inputs();
     in.stream_lengths_dtype = 0;
     CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_ERROR_INVALID_ARGUMENT);
-    CHECK_MSG(std::string(sdm_p1_last_error()).find("stream_lengths_dtype = 0") != std::string::npos, sdm_p1_last_error());
+    CHECK_MSG(std::string(sdm_p1_last_error()).find("stream_lengths_dtype = 0") != std::string::npos,
+              sdm_p1_last_error());
     in.stream_lengths_dtype = SDM_P1_DTYPE_FLOAT32;
     CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_ERROR_INVALID_ARGUMENT);
     in = p.inputs();
     in.stream_lengths = reinterpret_cast<const char*>(p.lengths.data()) + 4;
     CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_ERROR_INVALID_ARGUMENT);
-    CHECK_MSG(std::string(sdm_p1_last_error()).find("stream_lengths is not aligned") != std::string::npos, sdm_p1_last_error());
+    CHECK_MSG(std::string(sdm_p1_last_error()).find("stream_lengths is not aligned") != std::string::npos,
+              sdm_p1_last_error());
     in = p.inputs();
     in.reserved = 1;
     CHECK(sdm_p1_execute(plan, &in, nullptr, 0, nullptr) == SDM_P1_ERROR_INVALID_ARGUMENT);
-    CHECK_MSG(std::string(sdm_p1_last_error()).find("reserved = 1 must be 0") != std::string::npos, sdm_p1_last_error());
+    CHECK_MSG(std::string(sdm_p1_last_error()).find("reserved = 1 must be 0") != std::string::npos,
+              sdm_p1_last_error());
     // NULL lengths: the dtype is ignored.
     in = p.inputs();
     in.stream_lengths = nullptr;
@@ -403,12 +410,12 @@ void test_structure() {
             } else {
                 prev_slot = INT64_MAX;
             }
-            const int32_t pos = isq ? i32(SDM_P1_FIELD_POS_Q)[(c * C + t) * R + lane]
-                                    : i32(SDM_P1_FIELD_POS_K)[(c * C + t) * W + lane];
+            const int32_t pos =
+                isq ? i32(SDM_P1_FIELD_POS_Q)[(c * C + t) * R + lane] : i32(SDM_P1_FIELD_POS_K)[(c * C + t) * W + lane];
             posmap &= (pos & 0x1FFFF) == r;
             // The kind rows hold the same entries in the same order.
-            const int32_t e = isq ? i32(SDM_P1_FIELD_SPAY_Q)[c * C * R + q_seen++]
-                                  : i32(SDM_P1_FIELD_SPAY_K)[c * C * W + k_seen++];
+            const int32_t e =
+                isq ? i32(SDM_P1_FIELD_SPAY_Q)[c * C * R + q_seen++] : i32(SDM_P1_FIELD_SPAY_K)[c * C * W + k_seen++];
             rows &= (static_cast<uint32_t>(e) & 0x3FFFFu) == (w & 0x3FFFFu);
         }
         for (int r = n; r < row; ++r) sorted &= static_cast<uint32_t>(pay[r]) == 0x80020000u;
@@ -430,7 +437,7 @@ void test_structure() {
     CHECK(flags);
 }
 
-}  // namespace
+}   // namespace
 
 int main() {
     RUN(test_threads_and_repeats_same_bits);

@@ -23,7 +23,7 @@ typedef struct Problem {
 } Problem;
 
 static void fill(Problem* p, int shift) {
-    for (int e = 0; e < PN * PC * PW; ++e) {   /* a token's ids 16 apart modulo 64: distinct */
+    for (int e = 0; e < PN * PC * PW; ++e) { /* a token's ids 16 apart modulo 64: distinct */
         const int c = e / (PC * PW), t = e / PW % PC, w = e % PW;
         p->k_idx[e] = (c % PP) * POFF + (t * 5 + w * 16 + c + shift) % PKEYS;
         p->k_val[e] = 0.5f - 0.125f * (float)((t + w + shift) % 7);
@@ -56,7 +56,7 @@ static sdm_p1_plan* make_plan(int threads) {
     return plan;
 }
 
-#if !defined(__SANITIZE_ADDRESS__)   /* used only by test_worker_that_cannot_start */
+#if !defined(__SANITIZE_ADDRESS__) /* used only by test_worker_that_cannot_start */
 static int plan_threads(const sdm_p1_plan* plan) {
     sdm_p1_desc r;
     return sdm_p1_plan_desc(plan, &r) == SDM_P1_SUCCESS ? r.num_threads : 0;
@@ -107,7 +107,7 @@ static int same_after_execute(sdm_p1_plan* plan, const Problem* p, Bytes want) {
 }
 
 static Problem g_a, g_b;
-static Bytes g_want_a, g_want_b;   /* one-thread results */
+static Bytes g_want_a, g_want_b; /* one-thread results */
 
 static void setup(void) {
     fill(&g_a, 3);
@@ -122,7 +122,7 @@ static void setup(void) {
 }
 
 static void test_many_executes(void) {
-    sdm_p1_plan* plan = make_plan(0);   /* the hardware's threads */
+    sdm_p1_plan* plan = make_plan(0); /* the hardware's threads */
     CHECK(plan != NULL);
     if (plan == NULL) return;
     int same = 1;
@@ -130,7 +130,7 @@ static void test_many_executes(void) {
     CHECK(same);
     /* An error in one execute leaves the workers ready for the next. */
     Problem bad = g_a;
-    bad.k_idx[5 * PC * PW + 2] = POFF + PKEYS;   /* chunk 5 is stream 1: ids [100, 164) */
+    bad.k_idx[5 * PC * PW + 2] = POFF + PKEYS; /* chunk 5 is stream 1: ids [100, 164) */
     CHECK(execute(plan, &bad) == SDM_P1_ERROR_INVALID_INPUT);
     CHECK(strstr(sdm_p1_last_error(), "k_idx[5, 0, 2] = 164") != NULL);
     CHECK(same_after_execute(plan, &g_a, g_want_a));
@@ -195,10 +195,10 @@ static int child_destroys(sdm_p1_plan* plan) { return sdm_p1_plan_destroy(plan) 
 
 static void test_fork(void) {
     sdm_p1_plan* plan = make_plan(0);
-    CHECK(same_after_execute(plan, &g_a, g_want_a));   /* the workers run */
+    CHECK(same_after_execute(plan, &g_a, g_want_a)); /* the workers run */
     CHECK(in_child(child_executes, plan));
     CHECK(in_child(child_destroys, plan));
-    CHECK(same_after_execute(plan, &g_b, g_want_b));   /* the parent's are untouched */
+    CHECK(same_after_execute(plan, &g_b, g_want_b)); /* the parent's are untouched */
     /* A plan whose workers never started, executed first in the child. */
     sdm_p1_plan* idle = make_plan(0);
     CHECK(in_child(child_executes, idle));
@@ -207,7 +207,7 @@ static void test_fork(void) {
     sdm_p1_plan_destroy(plan);
 }
 
-#if !defined(__SANITIZE_ADDRESS__)   /* used only by test_worker_that_cannot_start */
+#if !defined(__SANITIZE_ADDRESS__) /* used only by test_worker_that_cannot_start */
 /* Address space for the program as it is and little more: a worker's stack cannot be mapped. */
 static int child_without_memory_for_threads(sdm_p1_plan* plan) {
     FILE* f = fopen("/proc/self/statm", "r");
@@ -223,7 +223,7 @@ static int child_without_memory_for_threads(sdm_p1_plan* plan) {
     const int refused = st == SDM_P1_ERROR_OUT_OF_MEMORY && strstr(sdm_p1_last_error(), "worker thread") != NULL;
     if (!refused) printf("  got %s: %s\n", sdm_p1_status_string(st), sdm_p1_last_error());
     setrlimit(RLIMIT_AS, &old);
-    return refused && same_after_execute(plan, &g_a, g_want_a);   /* usable once threads can start */
+    return refused && same_after_execute(plan, &g_a, g_want_a); /* usable once threads can start */
 }
 #endif
 

@@ -67,8 +67,7 @@ std::string cpu_alone(const CaseSpec& s) {
 
 // A comparison family: each case once, the output mode rotating (plan, plan, caller, mixed,
 // plan, plan, shifted caller buffers, mixed).
-void run_cases(Tally& t, const std::string& family, const CaseList& cases, const Options& o,
-               cudaStream_t stream) {
+void run_cases(Tally& t, const std::string& family, const CaseList& cases, const Options& o, cudaStream_t stream) {
     if (!o.only.empty() && o.only != family) return;
     t.begin(family);
     for (size_t i = 0; i < cases.size() && (o.limit == 0 || i < o.limit); ++i) {
@@ -77,9 +76,8 @@ void run_cases(Tally& t, const std::string& family, const CaseList& cases, const
                              : i % 4 == 3 ? OutMode::Mixed
                                           : OutMode::Plan;
         const auto t0 = std::chrono::steady_clock::now();
-        t.run(describe(cases[i]) + " (" + mode_name(mode) + ")", [&] {
-            return o.cpu_only ? cpu_alone(cases[i]) : compare_backends(cases[i], mode, stream);
-        });
+        t.run(describe(cases[i]) + " (" + mode_name(mode) + ")",
+              [&] { return o.cpu_only ? cpu_alone(cases[i]) : compare_backends(cases[i], mode, stream); });
         if (o.verbose) {
             std::printf("  %.3f s  %s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                         describe(cases[i]).c_str());
@@ -146,14 +144,16 @@ void test_determinism(Tally& t, const Options& o) {
     {
         const CudaPlan plan(s, OutMode::Plan);
         for (int rep = 1; rep <= 3; ++rep) {
-            t.run("execute #" + std::to_string(rep) + " of one plan", [&] { return execute_and_compare(plan, in, created.s, cpu); });
+            t.run("execute #" + std::to_string(rep) + " of one plan",
+                  [&] { return execute_and_compare(plan, in, created.s, cpu); });
         }
     }
     t.run("a fresh plan", [&] { return execute_and_compare(CudaPlan(s, OutMode::Plan), in, created.s, cpu); });
     Stream blocking(cudaStreamDefault);
-    const std::pair<const char*, cudaStream_t> streams[] = {
-        {"legacy default stream (NULL)", nullptr}, {"per-thread default stream", cudaStreamPerThread},
-        {"blocking stream", blocking.s}, {"non-blocking stream", created.s}};
+    const std::pair<const char*, cudaStream_t> streams[] = {{"legacy default stream (NULL)", nullptr},
+                                                            {"per-thread default stream", cudaStreamPerThread},
+                                                            {"blocking stream", blocking.s},
+                                                            {"non-blocking stream", created.s}};
     for (const auto& st : streams) {
         t.run(st.first, [&] { return execute_and_compare(CudaPlan(s, OutMode::Plan), in, st.second, cpu); });
     }
@@ -306,8 +306,10 @@ void test_graph_capture(Tally& t, const Options& o) {
             dev.upload(ebad);
             const RunResult r = replay(plan, g, stream.s);
             if (cpu_bad.status != SDM_P1_ERROR_INVALID_INPUT) return std::string("the CPU accepted the bad data");
-            if (r.status != SDM_P1_ERROR_INVALID_INPUT) return std::string("execute_status: ") + sdm_p1_status_string(r.status);
-            return r.error == cpu_bad.error ? std::string() : "message '" + r.error + "', the CPU's '" + cpu_bad.error + "'";
+            if (r.status != SDM_P1_ERROR_INVALID_INPUT)
+                return std::string("execute_status: ") + sdm_p1_status_string(r.status);
+            return r.error == cpu_bad.error ? std::string()
+                                            : "message '" + r.error + "', the CPU's '" + cpu_bad.error + "'";
         });
         t.run("replay after bad data" + m, [&] {
             dev.upload(eb);
@@ -349,8 +351,10 @@ void test_graph_lengths(Tally& t, const Options& o) {
                 dev.lengths.upload(e.lengths);
                 const RunResult r = replay(plan, g, stream.s);
                 if (cpu.status == SDM_P1_SUCCESS) return same_outputs(cpu, r);
-                if (r.status != cpu.status) return std::string("execute_status: ") + sdm_p1_status_string(r.status) + ", the CPU: " + cpu.error;
-                return r.error == cpu.error ? std::string() : "message '" + r.error + "', the CPU's '" + cpu.error + "'";
+                if (r.status != cpu.status)
+                    return std::string("execute_status: ") + sdm_p1_status_string(r.status) + ", the CPU: " + cpu.error;
+                return r.error == cpu.error ? std::string()
+                                            : "message '" + r.error + "', the CPU's '" + cpu.error + "'";
             });
         }
     }
@@ -362,9 +366,9 @@ void test_graph_lengths(Tally& t, const Options& o) {
 struct CountingAllocator {
     int allocs = 0, frees = 0, live = 0;
     size_t live_bytes = 0;
-    size_t misalign = 0;    // hand out blocks this many bytes past cudaMalloc's
+    size_t misalign = 0;   // hand out blocks this many bytes past cudaMalloc's
     bool fail = false;
-    bool forbid = false;    // set around executes: no call may come then
+    bool forbid = false;   // set around executes: no call may come then
     std::string violations;
 
     sdm_p1_allocator get() { return sdm_p1_allocator{this, alloc, release}; }
@@ -417,7 +421,8 @@ void test_allocator(Tally& t, const Options& o, cudaStream_t stream) {
                     why = execute_and_compare(plan, dev.view(s.needs_beta()), stream, cpu);
                     counter.forbid = false;
                 }
-                if (why.empty() && (counter.allocs != after_create || counter.frees != 0)) why = "allocator called after create";
+                if (why.empty() && (counter.allocs != after_create || counter.frees != 0))
+                    why = "allocator called after create";
             }
             if (why.empty() && (counter.live != 0 || counter.live_bytes != 0 || counter.frees != counter.allocs)) {
                 why = "after destroy: " + std::to_string(counter.live) + " blocks still live";
@@ -433,7 +438,8 @@ void test_allocator(Tally& t, const Options& o, cudaStream_t stream) {
         sdm_p1_plan* plan = reinterpret_cast<sdm_p1_plan*>(&counter);
         const sdm_p1_status st = sdm_p1_plan_create(&plan, &d);
         if (st != SDM_P1_ERROR_INVALID_ARGUMENT || plan != nullptr) return api_error("plan_create", st);
-        if (std::string(sdm_p1_last_error()).find("256") == std::string::npos) return std::string("message: ") + sdm_p1_last_error();
+        if (std::string(sdm_p1_last_error()).find("256") == std::string::npos)
+            return std::string("message: ") + sdm_p1_last_error();
         return counter.live == 0 ? counter.violations : std::string("a refused block was not freed");
     });
     t.run("a failing allocator gives SDM_P1_ERROR_OUT_OF_MEMORY", [&] {
@@ -462,7 +468,8 @@ std::string check_bad_data(const CaseSpec& s, const BadData& bad, const CudaPlan
         if (cpu.status != SDM_P1_SUCCESS) return "cpu: " + cpu.error;
         return execute_and_compare(plan, scratch.view(s.needs_beta()), stream, cpu);
     }
-    if (cpu.status != SDM_P1_ERROR_INVALID_INPUT) return std::string("the CPU gave ") + sdm_p1_status_string(cpu.status);
+    if (cpu.status != SDM_P1_ERROR_INVALID_INPUT)
+        return std::string("the CPU gave ") + sdm_p1_status_string(cpu.status);
     const sdm_p1_status st = plan.execute(scratch.view(s.needs_beta()), stream);
     if (st != SDM_P1_SUCCESS) return api_error("execute (must succeed; the check runs on the device)", st);
     CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -478,7 +485,8 @@ std::string check_bad_data(const CaseSpec& s, const BadData& bad, const CudaPlan
         again_message = sdm_p1_last_error();
     });
     other.join();
-    if (again != first || again_message != message) return "a second execute_status (another thread) differs: " + again_message;
+    if (again != first || again_message != message)
+        return "a second execute_status (another thread) differs: " + again_message;
     // The next good execute clears it.
     const std::string after = execute_and_compare(plan, good.view(s.needs_beta()), stream, cpu_good);
     return after.empty() ? "" : "the good execute after it: " + after;
@@ -501,7 +509,8 @@ void test_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
         t.check(std::string("a plan never executed: SUCCESS (") + (s.idx64 ? "int64" : "int32") + ")",
                 sdm_p1_execute_status(plan.get()) == SDM_P1_SUCCESS ? "" : sdm_p1_last_error());
         for (const BadData& bad : kBadData) {
-            const std::string what = std::string(bad.name) + (s.per_write ? " (per-write gates, int32)" : " (per-token gates, int64, bf16)");
+            const std::string what =
+                std::string(bad.name) + (s.per_write ? " (per-write gates, int32)" : " (per-token gates, int64, bf16)");
             t.run(what, [&] { return check_bad_data(s, bad, plan, scratch, good, cpu_good, stream); });
         }
     }
@@ -511,7 +520,11 @@ void test_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
 // sdm_p1_execute_status, and the next good execute clean.
 void test_bad_lengths(Tally& t, const Options& o, cudaStream_t stream) {
     for (bool as64 : {false, true}) {
-        CaseSpec s = spec("bad-lengths", 12, 16, 4, 3, 40).streams(3, 1000).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(SDM_P1_DET_ALL);
+        CaseSpec s = spec("bad-lengths", 12, 16, 4, 3, 40)
+                         .streams(3, 1000)
+                         .key_mode(Keys::Random)
+                         .gate_kind(Gates::Mixed)
+                         .fields(SDM_P1_DET_ALL);
         s.stream_lengths({64, 17, 30}, as64);
         if (as64) s.ids64().gates_per_write();
         s.seed = mix_seed(o.seed, as64 ? 71 : 72);
@@ -530,8 +543,10 @@ void test_bad_lengths(Tally& t, const Options& o, cudaStream_t stream) {
 // ---- bad arguments -------------------------------------------------------------------------
 
 std::string expect_refused(sdm_p1_status st, const std::string& field) {
-    if (st != SDM_P1_ERROR_INVALID_ARGUMENT) return std::string("got ") + sdm_p1_status_string(st) + ": " + sdm_p1_last_error();
-    if (!field.empty() && !names(sdm_p1_last_error(), field)) return std::string("the message does not name '") + field + "': " + sdm_p1_last_error();
+    if (st != SDM_P1_ERROR_INVALID_ARGUMENT)
+        return std::string("got ") + sdm_p1_status_string(st) + ": " + sdm_p1_last_error();
+    if (!field.empty() && !names(sdm_p1_last_error(), field))
+        return std::string("the message does not name '") + field + "': " + sdm_p1_last_error();
     return "";
 }
 
@@ -542,9 +557,13 @@ void test_bad_arguments(Tally& t, const Options& o, cudaStream_t stream) {
     const DeviceInputs dev(e);
     const sdm_p1_inputs good = dev.view(true), host = host_view(e, true);
     const CudaPlan plan(s, OutMode::Plan);
-    const struct { const char* name; const void* sdm_p1_inputs::*member; } inputs[] = {
-        {"k_idx", &sdm_p1_inputs::k_idx}, {"q_idx", &sdm_p1_inputs::q_idx},
-        {"k_val", &sdm_p1_inputs::k_val}, {"q_val", &sdm_p1_inputs::q_val}};
+    const struct {
+        const char* name;
+        const void* sdm_p1_inputs::*member;
+    } inputs[] = {{"k_idx", &sdm_p1_inputs::k_idx},
+                  {"q_idx", &sdm_p1_inputs::q_idx},
+                  {"k_val", &sdm_p1_inputs::k_val},
+                  {"q_val", &sdm_p1_inputs::q_val}};
     for (const auto& f : inputs) {
         t.run(std::string("host memory as ") + f.name, [&] {
             sdm_p1_inputs in = good;
@@ -615,7 +634,9 @@ void test_bad_arguments(Tally& t, const Options& o, cudaStream_t stream) {
         sdm_p1_plan* p = nullptr;
         const sdm_p1_status st = sdm_p1_plan_create(&p, &d);
         sdm_p1_plan_destroy(p);
-        return st != SDM_P1_SUCCESS && p == nullptr ? "" : std::string("plan_create accepted device ") + std::to_string(count);
+        return st != SDM_P1_SUCCESS && p == nullptr
+                   ? ""
+                   : std::string("plan_create accepted device ") + std::to_string(count);
     });
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -657,7 +678,8 @@ void test_backend(Tally& t, const Options& o) {
             if (!plan.views()[f].requested) continue;
             cudaPointerAttributes a{};
             CUDA_CHECK(cudaPointerGetAttributes(&a, plan.views()[f].data));
-            if (a.type != cudaMemoryTypeDevice || a.device != 0) return std::string(plan.views()[f].name) + " is not device memory of device 0";
+            if (a.type != cudaMemoryTypeDevice || a.device != 0)
+                return std::string(plan.views()[f].name) + " is not device memory of device 0";
         }
         return std::string();
     });
@@ -679,11 +701,12 @@ void test_backend(Tally& t, const Options& o) {
         const sdm_p1_status ex = sdm_p1_execute(plan, &hv, nullptr, 0, nullptr);
         const sdm_p1_status st = sdm_p1_execute_status(plan);
         sdm_p1_plan_destroy(plan);
-        return ex == SDM_P1_ERROR_INVALID_INPUT && st == SDM_P1_SUCCESS ? "" : std::string("got ") + sdm_p1_status_string(st);
+        return ex == SDM_P1_ERROR_INVALID_INPUT && st == SDM_P1_SUCCESS
+                   ? ""
+                   : std::string("got ") + sdm_p1_status_string(st);
     });
-    t.run("library version 1.1 or later", [] {
-        return sdm_p1_version_number() >= 10100 ? "" : std::string("version ") + sdm_p1_version_string();
-    });
+    t.run("library version 1.1 or later",
+          [] { return sdm_p1_version_number() >= 10100 ? "" : std::string("version ") + sdm_p1_version_string(); });
 }
 
 // ---- what an execute costs the host --------------------------------------------------------
@@ -705,7 +728,8 @@ void report_execute_cost(Tally& t, cudaStream_t stream) {
             for (int i = 0; i < calls; ++i) {
                 if (!call()) throw std::runtime_error(std::string("call failed: ") + sdm_p1_last_error());
             }
-            const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
+            const double us =
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
             CUDA_CHECK(cudaStreamSynchronize(stream));
             if (b < 0) continue;
             total += us;
@@ -716,8 +740,10 @@ void report_execute_cost(Tally& t, cudaStream_t stream) {
     t.run("2000 executes of a 1x1x1x1 plan", [&] {
         const auto ex = per_call([&] { return plan.enqueue(in, stream) == SDM_P1_SUCCESS; });
         const auto ms = per_call([&] { return cudaMemsetAsync(word.get(), 0, 4, stream) == cudaSuccess; });
-        std::printf("  host time per sdm_p1_execute (tiny plan, its pointer checks and launches): mean %.2f us, "
-                    "best batch %.2f us; per 4-byte cudaMemsetAsync: mean %.2f us\n", ex.first, ex.second, ms.first);
+        std::printf(
+            "  host time per sdm_p1_execute (tiny plan, its pointer checks and launches): mean %.2f us, "
+            "best batch %.2f us; per 4-byte cudaMemsetAsync: mean %.2f us\n",
+            ex.first, ex.second, ms.first);
         return std::string();
     });
 }
@@ -770,7 +796,8 @@ bool parse(int argc, char** argv, Options& o) {
         } else if (a == "--limit" && i + 1 < argc) {
             o.limit = std::strtoull(argv[++i], nullptr, 0);
         } else {
-            std::printf("usage: %s [--quick] [--seed S] [--only FAMILY] [--limit K] [--cpu-only] [--verbose]\n", argv[0]);
+            std::printf("usage: %s [--quick] [--seed S] [--only FAMILY] [--limit K] [--cpu-only] [--verbose]\n",
+                        argv[0]);
             return false;
         }
     }
@@ -816,7 +843,8 @@ void run_api_families(Tally& t, const Options& o, cudaStream_t stream) {
     family(t, o, "graph_lengths", [&] { test_graph_lengths(t, o); });
     family(t, o, "bad_lengths", [&] { test_bad_lengths(t, o, stream); });
     family(t, o, "backend", [&] { test_backend(t, o); });
-    if (!o.quick) family(t, o, "execute_cost", [&] { report_execute_cost(t, stream); });   // timing: not under a sanitizer
+    if (!o.quick)
+        family(t, o, "execute_cost", [&] { report_execute_cost(t, stream); });   // timing: not under a sanitizer
     // Last: should a host pointer get through to a kernel, the context is lost for what follows.
     family(t, o, "bad_arguments", [&] { test_bad_arguments(t, o, stream); });
 }
@@ -835,7 +863,7 @@ int run(const Options& o) {
     return t.total_failed() == 0 && t.total_passed() > 0 ? 0 : 1;
 }
 
-}  // namespace
+}   // namespace
 
 int main(int argc, char** argv) {
     Options o;

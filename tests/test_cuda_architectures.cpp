@@ -17,7 +17,7 @@ const std::string kRelease = "sm_80 sm_90 sm_100 compute_100";   // gpu_arch=rel
 
 void test_sass_within_its_major_version() {
     CHECK(runs_on("sm_90", {9, 0}));
-    CHECK(!runs_on("sm_90", {8, 0}));    // an A100 and a build for the H100 only
+    CHECK(!runs_on("sm_90", {8, 0}));   // an A100 and a build for the H100 only
     CHECK(!runs_on("sm_90", {8, 9}));
     CHECK(!runs_on("sm_90", {10, 0}));   // no SASS across major versions
     CHECK(runs_on("sm_80", {8, 6}));     // sm_86 runs sm_80 code
@@ -57,7 +57,7 @@ void test_message_names_device_and_build() {
     CHECK_MSG(none.find("no architecture") != std::string::npos, none.c_str());
 }
 
-}  // namespace
+}   // namespace
 
 int main() {
     RUN(test_sass_within_its_major_version);

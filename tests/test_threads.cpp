@@ -38,8 +38,8 @@ uint32_t next(uint32_t& s) {
 }
 
 // N chunks of C tokens in P streams; ids of a few hot keys (long slot groups).
-Shape make_shape(int64_t N, int64_t C, int64_t W, int64_t R, int64_t P, bool i64, bool bf16,
-                 bool per_write_gates, int64_t det_fields, int32_t output_mode, uint32_t seed) {
+Shape make_shape(int64_t N, int64_t C, int64_t W, int64_t R, int64_t P, bool i64, bool bf16, bool per_write_gates,
+                 int64_t det_fields, int32_t output_mode, uint32_t seed) {
     Shape s;
     sdm_p1_desc& d = s.desc;
     d.N = N;
@@ -135,8 +135,8 @@ struct ThreadResult {
 constexpr int kThreads = 16;
 constexpr int kRounds = 12;
 
-void worker(int t, const std::vector<Shape>& shapes, const std::vector<Outputs>& serial,
-            const Shape& bad, ThreadResult& result) {
+void worker(int t, const std::vector<Shape>& shapes, const std::vector<Outputs>& serial, const Shape& bad,
+            ThreadResult& result) {
     for (int round = 0; round < kRounds; ++round) {
         const size_t i = static_cast<size_t>(t + round) % shapes.size();
         std::string error;
@@ -186,7 +186,7 @@ void test_concurrent_plans_match_serial() {
     CHECK(runs == kThreads * kRounds);
 }
 
-}  // namespace
+}   // namespace
 
 int main() {
     RUN(test_concurrent_plans_match_serial);

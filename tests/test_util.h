@@ -9,22 +9,22 @@
 
 static int g_checks = 0, g_failures = 0, g_tests = 0, g_failed_tests = 0;
 
-#define CHECK_MSG(cond, msg)                                                      \
-    do {                                                                          \
-        ++g_checks;                                                               \
-        if (!(cond)) {                                                            \
-            ++g_failures;                                                         \
-            printf("  FAIL %s:%d: %s (%s)\n", __FILE__, __LINE__, #cond, (msg));  \
-        }                                                                         \
+#define CHECK_MSG(cond, msg)                                                     \
+    do {                                                                         \
+        ++g_checks;                                                              \
+        if (!(cond)) {                                                           \
+            ++g_failures;                                                        \
+            printf("  FAIL %s:%d: %s (%s)\n", __FILE__, __LINE__, #cond, (msg)); \
+        }                                                                        \
     } while (0)
 #define CHECK(cond) CHECK_MSG(cond, "")
 
-#define RUN(test)                                                  \
-    do {                                                           \
-        const int before = g_failures;                             \
-        test();                                                    \
-        ++g_tests;                                                 \
-        if (g_failures != before) ++g_failed_tests;                \
+#define RUN(test)                                                         \
+    do {                                                                  \
+        const int before = g_failures;                                    \
+        test();                                                           \
+        ++g_tests;                                                        \
+        if (g_failures != before) ++g_failed_tests;                       \
         printf("%s %s\n", g_failures == before ? "ok  " : "FAIL", #test); \
     } while (0)
 

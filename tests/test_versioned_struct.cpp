@@ -104,9 +104,9 @@ void test_older_caller_inputs() {
     sdm_p1_inputs old_in = SDM_P1_INPUTS_INITIALIZER;   // today's caller: no appended field
     old_in.g = &g;
     NextInputs known{};
-    known.in.k_idx = &g;                   // library defaults the caller's bytes replace
+    known.in.k_idx = &g;   // library defaults the caller's bytes replace
     const int64_t lengths[2] = {3, 4};
-    known.appended = lengths;              // the newer field's default stays
+    known.appended = lengths;   // the newer field's default stays
     CHECK(read_error(&old_in, old_in.struct_size, &known, s).empty());
     CHECK(std::memcmp(&known.in, &old_in, sizeof old_in) == 0);
     CHECK(known.appended == lengths);
@@ -159,7 +159,7 @@ void test_newer_caller() {
     CHECK(contains(e, byte.c_str()));
 }
 
-}  // namespace
+}   // namespace
 
 int main() {
     RUN(test_oldest_layouts);

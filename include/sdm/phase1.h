@@ -77,8 +77,7 @@ extern "C" {
  * is libsdmp1.so.<major>; minor releases only add. */
 #include "sdm/phase1_version.h"
 /* One number: major * 10000 + minor * 100 + patch (10300 for 1.3.0). */
-#define SDM_P1_VERSION_NUMBER \
-    (SDM_P1_VERSION_MAJOR * 10000 + SDM_P1_VERSION_MINOR * 100 + SDM_P1_VERSION_PATCH)
+#define SDM_P1_VERSION_NUMBER (SDM_P1_VERSION_MAJOR * 10000 + SDM_P1_VERSION_MINOR * 100 + SDM_P1_VERSION_PATCH)
 
 /* The version of the library actually loaded, as SDM_P1_VERSION_NUMBER. */
 SDM_P1_API unsigned sdm_p1_version_number(void);
@@ -141,17 +140,17 @@ typedef enum sdm_p1_backend {
 } sdm_p1_backend;
 
 /* det_fields bits: the optional outputs to compute (the spec's DET_* values). */
-#define SDM_P1_DET_POS 1            /* pos_k, pos_q */
-#define SDM_P1_DET_SPAY_RANK 2      /* spay_rank */
-#define SDM_P1_DET_FLAGS 4          /* is_last, is_only; q_last, q_only (with read groups) */
-#define SDM_P1_DET_SPAY_K 8         /* spay_k */
-#define SDM_P1_DET_SPAY_Q 16        /* spay_q (with read groups) */
-#define SDM_P1_DET_KREC 32          /* krec */
-#define SDM_P1_DET_KSPA 64          /* kspa (needs beta at execute) */
-#define SDM_P1_DET_QREC 128         /* qrec (with read groups) */
-#define SDM_P1_DET_TILES 256        /* tiles_k, segb_k; tiles_q (with read groups) */
-#define SDM_P1_DET_DC_GIDX 512      /* dc_kpos, dc_bpre */
-#define SDM_P1_DET_QREC8 2048       /* qrec8 (with read groups) */
+#define SDM_P1_DET_POS 1       /* pos_k, pos_q */
+#define SDM_P1_DET_SPAY_RANK 2 /* spay_rank */
+#define SDM_P1_DET_FLAGS 4     /* is_last, is_only; q_last, q_only (with read groups) */
+#define SDM_P1_DET_SPAY_K 8    /* spay_k */
+#define SDM_P1_DET_SPAY_Q 16   /* spay_q (with read groups) */
+#define SDM_P1_DET_KREC 32     /* krec */
+#define SDM_P1_DET_KSPA 64     /* kspa (needs beta at execute) */
+#define SDM_P1_DET_QREC 128    /* qrec (with read groups) */
+#define SDM_P1_DET_TILES 256   /* tiles_k, segb_k; tiles_q (with read groups) */
+#define SDM_P1_DET_DC_GIDX 512 /* dc_kpos, dc_bpre */
+#define SDM_P1_DET_QREC8 2048  /* qrec8 (with read groups) */
 /* The spec's default set (DET_POS | DET_SPAY_RANK | DET_FLAGS | DET_SPAY_K | DET_SPAY_Q). */
 #define SDM_P1_DET_SHIPPED 31
 /* Every bit the library accepts. Bit 1024 (the spec's dc_rec) is refused, as by the spec. */
@@ -198,9 +197,9 @@ typedef enum sdm_p1_output_mode {
 
 /* The shapes and options of a plan. Fill it from SDM_P1_DESC_INITIALIZER, then set fields. */
 typedef struct sdm_p1_desc {
-    uint32_t struct_size;  /* sizeof(sdm_p1_desc) of the caller's header (the struct-size rule) */
-    uint32_t magic;        /* SDM_P1_DESC_MAGIC */
-    uint32_t version;      /* SDM_P1_VERSION_NUMBER of the caller's header (same major) */
+    uint32_t struct_size; /* sizeof(sdm_p1_desc) of the caller's header (the struct-size rule) */
+    uint32_t magic;       /* SDM_P1_DESC_MAGIC */
+    uint32_t version;     /* SDM_P1_VERSION_NUMBER of the caller's header (same major) */
 
     /* Shapes. N chunks of C tokens (1..256), W write slots and R read slots per token
      * (1..256 each), with C * (W + R) <= 2^17. N >= 1. */
@@ -257,12 +256,11 @@ typedef struct sdm_p1_desc {
     int32_t grad_dtype;
 } sdm_p1_desc;
 
-#define SDM_P1_DESC_INITIALIZER                                                              \
-    {                                                                                        \
-        sizeof(sdm_p1_desc), SDM_P1_DESC_MAGIC, SDM_P1_VERSION_NUMBER, 0, 0, 0, 0, 1, 0, 0,  \
-            SDM_P1_UNSET, SDM_P1_DTYPE_INT32, SDM_P1_DTYPE_FLOAT32, 1, SDM_P1_UNSET,         \
-            SDM_P1_UNSET, 0, SDM_P1_BACKEND_AUTO, SDM_P1_UNSET, 0, SDM_P1_OUTPUTS_PLAN,      \
-            {NULL, NULL, NULL}, 0, 0                                                         \
+#define SDM_P1_DESC_INITIALIZER                                                                              \
+    {                                                                                                        \
+        sizeof(sdm_p1_desc), SDM_P1_DESC_MAGIC, SDM_P1_VERSION_NUMBER, 0, 0, 0, 0, 1, 0, 0, SDM_P1_UNSET,    \
+            SDM_P1_DTYPE_INT32, SDM_P1_DTYPE_FLOAT32, 1, SDM_P1_UNSET, SDM_P1_UNSET, 0, SDM_P1_BACKEND_AUTO, \
+            SDM_P1_UNSET, 0, SDM_P1_OUTPUTS_PLAN, {NULL, NULL, NULL}, 0, 0                                   \
     }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -410,8 +408,7 @@ SDM_P1_API sdm_p1_status sdm_p1_plan_desc(const sdm_p1_plan* plan, sdm_p1_desc* 
 SDM_P1_API sdm_p1_status sdm_p1_workspace_size(const sdm_p1_plan* plan, size_t* bytes);
 
 /* Fills views[f] for f < min(count, SDM_P1_FIELD_COUNT), indexed by sdm_p1_field. */
-SDM_P1_API sdm_p1_status sdm_p1_outputs(const sdm_p1_plan* plan, sdm_p1_tensor* views,
-                                        int32_t count);
+SDM_P1_API sdm_p1_status sdm_p1_outputs(const sdm_p1_plan* plan, sdm_p1_tensor* views, int32_t count);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Execution                                                                                 */
@@ -419,7 +416,7 @@ SDM_P1_API sdm_p1_status sdm_p1_outputs(const sdm_p1_plan* plan, sdm_p1_tensor* 
 /* The input pointers of one execute: host memory for the CPU backend, device memory of the
  * plan's device for CUDA; dense row-major, naturally aligned. */
 typedef struct sdm_p1_inputs {
-    uint32_t struct_size;  /* sizeof(sdm_p1_inputs) of the caller's header (the struct-size rule) */
+    uint32_t struct_size; /* sizeof(sdm_p1_inputs) of the caller's header (the struct-size rule) */
     /* [N, C, W] slot ids of the K entries, index dtype. A token's W slots are normally
      * distinct; a repeat counts in `repeats` and its gate is not added again. */
     const void* k_idx;
@@ -487,8 +484,8 @@ typedef struct sdm_p1_inputs {
  * cannot know before its kernels run: execute succeeds, the kernels record the first
  * offender on the device (never reading or writing out of bounds, never hanging) and
  * sdm_p1_execute_status reports it once the caller has synchronized. */
-SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
-                                        void* const* outputs, int32_t count, void* stream);
+SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs, void* const* outputs,
+                                        int32_t count, void* stream);
 
 /* ---------------------------------------------------------------------------------------- */
 /* Since 1.1                                                                                 */
@@ -560,8 +557,7 @@ SDM_P1_API sdm_p1_status sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct
  * beyond what resolving SDM_P1_BACKEND_AUTO asks (the device count). For frameworks that
  * need output shapes before any data exist (a tracer's fake tensors, an XLA custom call's
  * result shapes). */
-SDM_P1_API sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* views,
-                                                 int32_t count);
+SDM_P1_API sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* views, int32_t count);
 
 /* The backward (vector-Jacobian product) of Phase 1: docs/backward.md has the formulas, the
  * fixed summing order and the float64 reference it is tested against.
@@ -603,7 +599,8 @@ typedef struct sdm_p1_input_grads {
     float* beta;
 } sdm_p1_input_grads;
 
-#define SDM_P1_INPUT_GRADS_INITIALIZER { sizeof(sdm_p1_input_grads), 0, NULL, NULL, NULL, NULL }
+#define SDM_P1_INPUT_GRADS_INITIALIZER \
+    { sizeof(sdm_p1_input_grads), 0, NULL, NULL, NULL, NULL }
 
 /* Computes the gradients of L = sum over the given fields f of <grads[f], output f> with
  * respect to k_val, q_val, g and beta, for the outputs a forward of this plan computes from
@@ -642,9 +639,8 @@ typedef struct sdm_p1_input_grads {
  * ids or gates). Nothing is written on any error.
  * CUDA backend: not yet implemented; a CUDA plan (created with backward = 1 or not) returns
  * SDM_P1_ERROR_UNSUPPORTED here, and its forward works as before. */
-SDM_P1_API sdm_p1_status sdm_p1_execute_backward(sdm_p1_plan* plan, const sdm_p1_inputs* inputs,
-                                                 const int32_t* payload, const void* const* grads,
-                                                 int32_t count, const sdm_p1_input_grads* out,
+SDM_P1_API sdm_p1_status sdm_p1_execute_backward(sdm_p1_plan* plan, const sdm_p1_inputs* inputs, const int32_t* payload,
+                                                 const void* const* grads, int32_t count, const sdm_p1_input_grads* out,
                                                  void* stream);
 
 #ifdef __cplusplus

@@ -25,12 +25,12 @@ constexpr uint16_t kGrouped = 0x8000u;
 // Block-wide scalars of the current chunk (ChunkShared's fields that report_chunk_error and
 // the gates' form read, and the lean stages' own).
 struct LeanShared {
-    ChunkShared base;          // error_code, repeats, gate_lowest_bit, gate_bits
-    int shift;                 // the compact log form's shift (log_shift)
-    uint32_t overflow;         // the chunk goes to the general kernel
-    uint32_t grouped;          // grouped entries listed
-    uint32_t groups;           // groups of several entries listed
-    uint32_t sized[3];         // buckets of two keys, of three, of more
+    ChunkShared base;    // error_code, repeats, gate_lowest_bit, gate_bits
+    int shift;           // the compact log form's shift (log_shift)
+    uint32_t overflow;   // the chunk goes to the general kernel
+    uint32_t grouped;    // grouped entries listed
+    uint32_t groups;     // groups of several entries listed
+    uint32_t sized[3];   // buckets of two keys, of three, of more
     uint32_t warp_sums[kLeanMaxThreads / 32];
 };
 
@@ -39,7 +39,7 @@ struct LeanArrays {
     uint32_t* pay;
     uint16_t* info;
     uint32_t* starts;
-    uint16_t* sized[3];      // the buckets of two keys, of three, of more (in glog's bytes)
+    uint16_t* sized[3];   // the buckets of two keys, of three, of more (in glog's bytes)
     PairTerm* terms;
     uint8_t* cells;
     int64_t* glog;
@@ -49,9 +49,9 @@ struct LeanArrays {
     float* rrex;
     float* rcpe;
     uint8_t* gterms;
-    uint2* glist;            // in rlog and rscaled's bytes, until stage "groups" ends
-    uint32_t* gtotal_lo;     // in rrex's bytes, likewise
-    uint32_t* gtotal_hi;     // in rcpe's bytes, likewise
+    uint2* glist;          // in rlog and rscaled's bytes, until stage "groups" ends
+    uint32_t* gtotal_lo;   // in rrex's bytes, likewise
+    uint32_t* gtotal_hi;   // in rcpe's bytes, likewise
     uint32_t* wmask;
     uint32_t* units;
     uint32_t* kmask;
@@ -178,8 +178,8 @@ __device__ __forceinline__ uint32_t warp_exclusive_scan(uint32_t* words, int cou
     return carry;
 }
 
-}  // namespace lean
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace lean
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LEAN_LEAN_CONTEXT_CUH
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_CONTEXT_CUH

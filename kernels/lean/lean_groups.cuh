@@ -30,8 +30,7 @@ __device__ __forceinline__ int64_t compact_gate(const KernelArgs& a, const Chunk
 
 // Every listed group: sums, peers, packed positions, payload words, walkers' terms counted.
 template <bool PerWrite>
-__device__ __forceinline__ void sum_groups(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
-                                           LeanShared& sh) {
+__device__ __forceinline__ void sum_groups(const KernelArgs& a, const Chunk& k, const LeanArrays& arr, LeanShared& sh) {
     const int s = sh.shift;
     uint32_t repeats = 0;
     for (uint32_t i = threadIdx.x; i < sh.groups; i += blockDim.x) {
@@ -112,8 +111,8 @@ __device__ __forceinline__ void grouped_records(const KernelArgs& a, const Chunk
     }
 }
 
-}  // namespace lean
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace lean
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LEAN_LEAN_GROUPS_CUH
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_GROUPS_CUH

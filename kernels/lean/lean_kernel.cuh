@@ -103,8 +103,8 @@ __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 
     }
 }
 
-}  // namespace lean
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace lean
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LEAN_LEAN_KERNEL_CUH
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_KERNEL_CUH

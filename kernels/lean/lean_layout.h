@@ -127,7 +127,7 @@ inline size_t lean_fixed_bytes(int C, int W, int R, bool per_token_gates, int th
     return lean_layout(C, W, R, per_token_gates, threads, 0).smem_bytes;
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LEAN_LEAN_LAYOUT_H
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_LAYOUT_H

@@ -18,9 +18,9 @@ namespace lean {
 // Slot x of thread i is entry vector i + (x / V) * blockDim.x of the chunk (the write
 // entries' vectors, then the reads'), element x % V (V: lanes a load).
 struct ThreadKeys {
-    uint32_t key[kLeanKeysPerThread];   // a valid entry's sort key; a padding entry's index
-    uint32_t present;                   // bit x: slot x holds an entry
-    uint32_t valid;                     // bit x: ... of a valid token
+    uint32_t key[kLeanKeysPerThread];        // a valid entry's sort key; a padding entry's index
+    uint32_t present;                        // bit x: slot x holds an entry
+    uint32_t valid;                          // bit x: ... of a valid token
     uint32_t rank[kLeanKeysPerThread / 8];   // 4 bits a slot: its arrival in its bucket
 };
 
@@ -131,7 +131,8 @@ __device__ __forceinline__ void load_gates(const KernelArgs& a, const Chunk& k, 
             const int t = PerWrite ? static_cast<int>(a.div.W.div(x)) : x;
             Fix f = fix_zero();
             if (t < k.t_valid && !gate_to_fix(v[b], &f)) {
-                atomicMin(&sh.base.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(WR + x - t * gw));
+                atomicMin(&sh.base.error_code,
+                          static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(WR + x - t * gw));
             }
             if (!fix_is_zero(f)) {
                 lowest = min(lowest, fix_lowest_bit(f));
@@ -169,8 +170,8 @@ __device__ __forceinline__ void zero_pair_rows(const KernelArgs& a, const Chunk&
     zero_floats(a.out.qk + k.c * cells, cells);
 }
 
-}  // namespace lean
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace lean
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LEAN_LEAN_LOAD_CUH
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_LOAD_CUH

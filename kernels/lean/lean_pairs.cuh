@@ -75,8 +75,8 @@ __device__ __forceinline__ void pair_cells(const KernelArgs& a, const Chunk& k, 
     for (int u = me; u < 2 * a.s.C; u += static_cast<int>(blockDim.x)) unit_cells(a, k, arr, u);
 }
 
-}  // namespace lean
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace lean
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LEAN_LEAN_PAIRS_CUH
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_PAIRS_CUH

@@ -64,7 +64,8 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
         }
         if (r0 >= n) continue;
         const uint32_t mask = arr.kmask[r0 >> 5], writes0 = arr.kpre[r0 >> 5];
-        if (out.spay_rank && (r0 & 31) == 0) write_rank(out, k.c, (n + 31) / 32, r0 >> 5, static_cast<int32_t>(writes0), mask);
+        if (out.spay_rank && (r0 & 31) == 0)
+            write_rank(out, k.c, (n + 31) / 32, r0 >> 5, static_cast<int32_t>(writes0), mask);
         if (!out.spay_k && !out.spay_q) continue;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -72,7 +73,8 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
             if (r >= n) break;
             const bool is_q = (p[i] & kIsQ) != 0u;
             if (is_q ? !out.spay_q : !out.spay_k) continue;
-            const uint32_t before = p[i] >> kPayBeforeShift & kPayPeerMask, after = p[i] >> kPayAfterShift & kPayPeerMask;
+            const uint32_t before = p[i] >> kPayBeforeShift & kPayPeerMask,
+                           after = p[i] >> kPayAfterShift & kPayPeerMask;
             const int32_t elem = sorted_element(p[i], before, after, !(p[i] & kInvalid));
             const uint32_t writes = writes0 + __popc(mask & ((1u << (r & 31)) - 1u));   // before r
             if (is_q) {
@@ -84,8 +86,8 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
     }
 }
 
-}  // namespace lean
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace lean
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LEAN_LEAN_ROWS_CUH
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_ROWS_CUH

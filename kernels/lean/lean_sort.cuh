@@ -192,8 +192,8 @@ __device__ __forceinline__ void order_buckets(const KernelArgs& a, const LeanArr
     }
 }
 
-}  // namespace lean
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace lean
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LEAN_LEAN_SORT_CUH
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_SORT_CUH

@@ -200,8 +200,8 @@ __device__ __forceinline__ void write_entries(const KernelArgs& a, const Chunk& 
     }
 }
 
-}  // namespace lean
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace lean
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_KERNELS_LEAN_LEAN_WRITER_CUH
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_WRITER_CUH

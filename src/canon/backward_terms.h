@@ -44,15 +44,15 @@ SDM_HD double kspa_coefficient(float beta, float dkspa) {
 }
 
 // The combine of a K entry of value v with exp(log) e_log and exp(rex) e_rex.
-SDM_HD KEntryAdjoints k_entry_adjoints(double rho, double gamma, float v, double e_log, double e_rex,
-                                       double b, const KEntryUpstream& u) {
+SDM_HD KEntryAdjoints k_entry_adjoints(double rho, double gamma, float v, double e_log, double e_rex, double b,
+                                       const KEntryUpstream& u) {
     const double vd = static_cast<double>(v);
     KEntryAdjoints r;
     const double keff_term = dfma(static_cast<double>(u.k_eff), e_log, dadd(rho, gamma));
     r.dv = dfma(b, e_log, dfma(static_cast<double>(u.krec_post), e_rex, keff_term));
-    r.gbar = dadd(dfma(dmul(b, vd), e_log,
-                       dfma(dmul(static_cast<double>(u.k_eff), vd), e_log, dmul(vd, dadd(rho, -gamma)))),
-                  static_cast<double>(u.log_k));
+    r.gbar =
+        dadd(dfma(dmul(b, vd), e_log, dfma(dmul(static_cast<double>(u.k_eff), vd), e_log, dmul(vd, dadd(rho, -gamma)))),
+             static_cast<double>(u.log_k));
     r.rbar = dfma(dmul(static_cast<double>(u.krec_post), vd), e_rex, static_cast<double>(u.rex));
     r.cbar = dadd(static_cast<double>(u.cpe), static_cast<double>(u.krec_cpe));
     return r;
@@ -95,6 +95,6 @@ SDM_HD double beta_term_add(double acc, float dkspa, float v, double e_log) {
 // Stores a gradient, rounded once to float32 (then to bfloat16 where bf16).
 SDM_HD void store_grad(void* out, bool bf16, int64_t i, double d) { store_value(out, bf16, i, to_f32(d)); }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_BACKWARD_TERMS_H
+#endif   // SDM_P1_CANON_BACKWARD_TERMS_H

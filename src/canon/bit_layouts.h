@@ -11,13 +11,13 @@ namespace sdm_p1 {
 // Bit layouts
 
 // Sorted payload word of an entry (spec: p1_keys_zw_kernel / p1_scan_kernel).
-constexpr uint32_t kLaneMask = 0xFFu;         // bits 0-7: lane (write or read column)
-constexpr uint32_t kIsQ = 1u << 8;            // bit 8: a read (Q) entry
-constexpr int kTokenShift = 9;                // bits 9-16: token in the chunk
+constexpr uint32_t kLaneMask = 0xFFu;   // bits 0-7: lane (write or read column)
+constexpr uint32_t kIsQ = 1u << 8;      // bit 8: a read (Q) entry
+constexpr int kTokenShift = 9;          // bits 9-16: token in the chunk
 constexpr uint32_t kTokenMask = 0xFFu;
-constexpr uint32_t kInvalid = 1u << 17;       // bit 17: padding entry
-constexpr uint32_t kLastK = 1u << 30;         // bit 30: last valid write of its group
-constexpr uint32_t kHead = 1u << 31;          // bit 31: first entry of its group
+constexpr uint32_t kInvalid = 1u << 17;   // bit 17: padding entry
+constexpr uint32_t kLastK = 1u << 30;     // bit 30: last valid write of its group
+constexpr uint32_t kHead = 1u << 31;      // bit 31: first entry of its group
 // Sorted rows are padded to a multiple of this many entries; the padding holds kTailPayload.
 constexpr int kRowAlign = 16;
 constexpr uint32_t kTailPayload = kInvalid | kHead;
@@ -46,8 +46,8 @@ constexpr int kMaxRecTile = 1 << 20;
 constexpr int kGateMaxExp = 22;
 
 SDM_HD uint32_t payload_word(int token, int lane, bool is_q, bool valid) {
-    return static_cast<uint32_t>(token) << kTokenShift | (is_q ? kIsQ : 0u) |
-           static_cast<uint32_t>(lane) | (valid ? 0u : kInvalid);
+    return static_cast<uint32_t>(token) << kTokenShift | (is_q ? kIsQ : 0u) | static_cast<uint32_t>(lane) |
+           (valid ? 0u : kInvalid);
 }
 
 // The token of a payload word.
@@ -71,6 +71,6 @@ SDM_HD int32_t sorted_element(uint32_t payload, uint32_t before, uint32_t after,
     return static_cast<int32_t>(e);
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_BIT_LAYOUTS_H
+#endif   // SDM_P1_CANON_BIT_LAYOUTS_H

@@ -37,6 +37,6 @@ SDM_HD Divider make_divider(uint32_t d) {
     return Divider{d, static_cast<uint32_t>(magic), shift};
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_DIVIDER_H
+#endif   // SDM_P1_CANON_DIVIDER_H

@@ -10,8 +10,7 @@ namespace sdm_p1 {
 // Element access (inputs and value-typed outputs)
 
 SDM_HD int64_t load_id(const void* ids, bool idx64, int64_t i) {
-    return idx64 ? static_cast<const int64_t*>(ids)[i]
-                 : static_cast<int64_t>(static_cast<const int32_t*>(ids)[i]);
+    return idx64 ? static_cast<const int64_t*>(ids)[i] : static_cast<int64_t>(static_cast<const int32_t*>(ids)[i]);
 }
 
 // Valid tokens of the chunk at `step` of a stream of `length` tokens (per-stream lengths):
@@ -22,8 +21,7 @@ SDM_HD int chunk_valid_tokens(int64_t length, int64_t step, int C) {
 }
 
 SDM_HD float load_value(const void* vals, bool bf16, int64_t i) {
-    return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(vals)[i])
-                : static_cast<const float*>(vals)[i];
+    return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(vals)[i]) : static_cast<const float*>(vals)[i];
 }
 
 // A float32 result as the value dtype holds it, widened back to float (store_value's result).
@@ -47,8 +45,8 @@ SDM_HD void put_record4(int32_t* rec, int64_t j, int32_t w0, int32_t w1, float w
     // Records land at scattered row indices: one 16-byte store is one memory transaction
     // where four word stores would be four.
     if ((reinterpret_cast<uintptr_t>(r) & 15u) == 0u) {
-        *reinterpret_cast<int4*>(r) = make_int4(w0, w1, static_cast<int32_t>(f32_bits(w2)),
-                                                static_cast<int32_t>(f32_bits(w3)));
+        *reinterpret_cast<int4*>(r) =
+            make_int4(w0, w1, static_cast<int32_t>(f32_bits(w2)), static_cast<int32_t>(f32_bits(w3)));
         return;
     }
 #endif
@@ -71,6 +69,6 @@ SDM_HD void put_record2(int32_t* rec, int64_t j, int32_t w0, float w1) {
     r[1] = static_cast<int32_t>(f32_bits(w1));
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_ELEMENTS_H
+#endif   // SDM_P1_CANON_ELEMENTS_H

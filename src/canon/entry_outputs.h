@@ -20,20 +20,20 @@ namespace sdm_p1 {
 
 // Constants of one chunk.
 struct ChunkFacts {
-    int64_t c;            // chunk index
+    int64_t c;   // chunk index
     int C, W, R;
-    int L;                // rec_tile
-    int64_t id_base;      // first slot id of the chunk's stream
-    bool bf16;            // value dtype
-    const float* beta;    // [N, C] (kspa), or null when not requested
-    Divider tile;         // make_divider(L)
+    int L;               // rec_tile
+    int64_t id_base;     // first slot id of the chunk's stream
+    bool bf16;           // value dtype
+    const float* beta;   // [N, C] (kspa), or null when not requested
+    Divider tile;        // make_divider(L)
 };
 
 // One entry at sorted position r.
 struct EntryFacts {
     uint32_t r;
-    uint32_t payload;        // its payload word, head bit set, LastK bit not
-    uint32_t before, after;  // peers (valid entries of its kind) before / after it in its group
+    uint32_t payload;         // its payload word, head bit set, LastK bit not
+    uint32_t before, after;   // peers (valid entries of its kind) before / after it in its group
     // Of the group's inclusive log-cumsum at r (log) and the sum of its gates after r (rex),
     // each exact in fixed point: log and rex rounded to float32 (fix_to_f32), exp_fix(log),
     // exp_fix(log + rex) (write entries), exp_fix(rex) (write entries when krec is
@@ -180,6 +180,6 @@ SDM_HD void write_rank(const OutputBuffers& out, int64_t c, int blocks, int b, i
     w[1] = static_cast<int32_t>(mask);
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_ENTRY_OUTPUTS_H
+#endif   // SDM_P1_CANON_ENTRY_OUTPUTS_H

@@ -23,10 +23,20 @@ SDM_HD double exp_double(double x) {
     double r = dfma(-k, kLn2Hi, x);
     r = dfma(-k, kLn2Lo, r);
     // 1 / i! for i = 13 .. 0.
-    const double c[14] = {1.6059043836821613e-10, 2.0876756987868099e-09, 2.505210838544172e-08,
-                          2.7557319223985888e-07, 2.7557319223985893e-06, 2.4801587301587302e-05,
-                          1.9841269841269841e-04, 1.3888888888888889e-03, 8.3333333333333332e-03,
-                          4.1666666666666664e-02, 1.6666666666666666e-01, 0.5, 1.0, 1.0};
+    const double c[14] = {1.6059043836821613e-10,
+                          2.0876756987868099e-09,
+                          2.505210838544172e-08,
+                          2.7557319223985888e-07,
+                          2.7557319223985893e-06,
+                          2.4801587301587302e-05,
+                          1.9841269841269841e-04,
+                          1.3888888888888889e-03,
+                          8.3333333333333332e-03,
+                          4.1666666666666664e-02,
+                          1.6666666666666666e-01,
+                          0.5,
+                          1.0,
+                          1.0};
     double p = c[0];
     for (int i = 1; i < 14; ++i) p = dfma(p, r, c[i]);
     return dmul(p, pow2_double(static_cast<int>(k)));
@@ -46,6 +56,6 @@ SDM_HD float compact_to_f32(int64_t v, int s) {
 }
 SDM_HD double exp_compact(int64_t v, int s) { return v == 0 ? 1.0 : exp_double(compact_to_f64(v, s)); }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_EXP_H
+#endif   // SDM_P1_CANON_EXP_H

@@ -111,9 +111,7 @@ SDM_HD uint64_t fix_sticky64(uint64_t hi, uint64_t lo, int* shift) {
 }
 
 // 2^k as a double for -1022 <= k <= 1023.
-SDM_HD double pow2_double(int k) {
-    return f64_from_bits(static_cast<uint64_t>(k + 1023) << 52);
-}
+SDM_HD double pow2_double(int k) { return f64_from_bits(static_cast<uint64_t>(k + 1023) << 52); }
 
 #if defined(__CUDA_ARCH__)
 SDM_HD double u64_to_f64(uint64_t m) { return __ull2double_rn(m); }
@@ -186,6 +184,6 @@ SDM_HD bool gate_to_fix(float g, Fix* out) {
     return true;
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_FIXED_POINT_H
+#endif   // SDM_P1_CANON_FIXED_POINT_H

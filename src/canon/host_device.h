@@ -11,4 +11,4 @@
 #define SDM_HD inline
 #endif
 
-#endif  // SDM_P1_CANON_HOST_DEVICE_H
+#endif   // SDM_P1_CANON_HOST_DEVICE_H

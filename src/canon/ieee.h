@@ -62,6 +62,6 @@ SDM_HD uint16_t bf16_from_f32(float f) {
 }
 SDM_HD float bf16_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_IEEE_H
+#endif   // SDM_P1_CANON_IEEE_H

@@ -42,6 +42,6 @@ struct OutputBuffers {
     int64_t* repeats;   // [1]
 };
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_OUTPUT_BUFFERS_H
+#endif   // SDM_P1_CANON_OUTPUT_BUFFERS_H

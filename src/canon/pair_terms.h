@@ -42,6 +42,6 @@ SDM_HD double pair_term_add(double sum, float v_i, float v_j, Fix log_i, Fix log
     return pair_term_add(sum, pair_term(v_i, v_j, log_i, log_j));
 }
 
-}  // namespace sdm_p1
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CANON_PAIR_TERMS_H
+#endif   // SDM_P1_CANON_PAIR_TERMS_H

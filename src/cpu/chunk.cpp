@@ -10,9 +10,8 @@ namespace cpu {
 
 size_t ChunkScratch::bytes(const Options& o) {
     const size_t n = static_cast<size_t>(o.n());
-    return align64(n * sizeof(uint64_t)) + align64(n * sizeof(uint32_t)) +
-           2 * align64(n * sizeof(Fix)) + 5 * align64(n * sizeof(uint32_t)) +
-           2 * align64(n * sizeof(int32_t)) + align64(n * sizeof(float)) +
+    return align64(n * sizeof(uint64_t)) + align64(n * sizeof(uint32_t)) + 2 * align64(n * sizeof(Fix)) +
+           5 * align64(n * sizeof(uint32_t)) + 2 * align64(n * sizeof(int32_t)) + align64(n * sizeof(float)) +
            align64(static_cast<size_t>(o.C) * o.gate_width * sizeof(Fix)) +
            align64(2 * static_cast<size_t>(o.C) * sizeof(double));
 }
@@ -40,13 +39,13 @@ namespace {
 
 // Stage "records": every per-entry output, the sorted rows, records and indices (in sorted
 // order, through the shared write_entry_outputs), then the sorted payloads and the rank table.
-void write_records(const Chunk& k, const InputRecord& in, const OutputBuffers& out,
-                   const ChunkScratch& s) {
+void write_records(const Chunk& k, const InputRecord& in, const OutputBuffers& out, const ChunkScratch& s) {
     const Options& o = k.o;
-    const ChunkFacts f{k.c, o.C, o.W, o.R, o.rec_tile, (k.c % o.P) * o.stream_offset, o.bf16,
-                       in.beta, make_divider(static_cast<uint32_t>(o.rec_tile))};
-    uint32_t jk = 0, jq = 0;   // index in the write / read row
-    int32_t valid_groups = 0;  // valid groups that ended before (valid LAST writes)
+    const ChunkFacts f{k.c,    o.C,        o.W,
+                       o.R,    o.rec_tile, (k.c % o.P) * o.stream_offset,
+                       o.bf16, in.beta,    make_divider(static_cast<uint32_t>(o.rec_tile))};
+    uint32_t jk = 0, jq = 0;    // index in the write / read row
+    int32_t valid_groups = 0;   // valid groups that ended before (valid LAST writes)
     for (int r = 0; r < k.n; ++r) {
         const uint32_t p = s.payload[r];
         const bool valid = !(p & kInvalid);
@@ -123,12 +122,13 @@ void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScratch& s) 
     }
 }
 
-}  // namespace
+}   // namespace
 
 // The stages in order; kernels/phase1.cu runs the same stages, under the same names, in one
 // thread block per chunk.
-__attribute__((flatten SDM_P1_FMA_CLONE)) ChunkResult compute_chunk(const Options& o, const InputRecord& in, const OutputBuffers& out,
-                          int64_t c, const ChunkScratch& s) {
+__attribute__((flatten SDM_P1_FMA_CLONE)) ChunkResult compute_chunk(const Options& o, const InputRecord& in,
+                                                                    const OutputBuffers& out, int64_t c,
+                                                                    const ChunkScratch& s) {
     const Chunk k{o, c, valid_tokens(o, in, c), o.n()};
     ChunkResult result{};
     result.error = load_and_check(o, in, c, k.t_valid, s.sort_keys, s.gate);
@@ -142,5 +142,5 @@ __attribute__((flatten SDM_P1_FMA_CLONE)) ChunkResult compute_chunk(const Option
     return result;
 }
 
-}  // namespace cpu
-}  // namespace sdm_p1
+}   // namespace cpu
+}   // namespace sdm_p1

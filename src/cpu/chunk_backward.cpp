@@ -143,14 +143,17 @@ void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScrat
         }
         const int64_t i = (k.c * o.C + t) * o.W + lane;
         const int64_t k_row = k.c * o.C * o.W + s.writes_before[r];
-        const KEntryUpstream u{upstream_value(up.k_eff, o.bf16, i), upstream_f32(up.log_k, i),
-                               upstream_f32(up.rex, i),        upstream_value(up.cpe, o.bf16, i),
-                               upstream_f32(up.krec, 2 * k_row), upstream_f32(up.krec, 2 * k_row + 1)};
+        const KEntryUpstream u{upstream_value(up.k_eff, o.bf16, i),
+                               upstream_f32(up.log_k, i),
+                               upstream_f32(up.rex, i),
+                               upstream_value(up.cpe, o.bf16, i),
+                               upstream_f32(up.krec, 2 * k_row),
+                               upstream_f32(up.krec, 2 * k_row + 1)};
         // beta is read only with a kspa gradient (docs/backward.md).
         const float beta = up.kspa != nullptr ? b.in.beta[k.c * o.C + t] : 0.0f;
         const double coefficient = kspa_coefficient(beta, upstream_f32(up.kspa, k_row));
-        const KEntryAdjoints a = k_entry_adjoints(rho, column_sum(k, up, s, r, end), v, e_log,
-                                                  exp_fix(s.rex[r]), coefficient, u);
+        const KEntryAdjoints a =
+            k_entry_adjoints(rho, column_sum(k, up, s, r, end), v, e_log, exp_fix(s.rex[r]), coefficient, u);
         if (b.grads.k_val != nullptr) store_grad(b.grads.k_val, o.grad_bf16, i, a.dv);
         bs.gbar[r] = a.gbar;
         bs.rbar_before[r] = rbar_sum;
@@ -212,7 +215,7 @@ void write_token_grads(const Chunk& k, const BackwardRecord& b, const BackwardSc
     }
 }
 
-}  // namespace
+}   // namespace
 
 BackwardCheck check_chunk_backward(const Options& o, const BackwardRecord& b, int64_t c, const BackwardScratch& s) {
     const Chunk k{o, c, valid_tokens(o, b.in, c), o.n()};
@@ -245,5 +248,5 @@ __attribute__((flatten SDM_P1_FMA_CLONE)) void backward_chunk(const Options& o, 
     write_token_grads(k, b, bs);
 }
 
-}  // namespace cpu
-}  // namespace sdm_p1
+}   // namespace cpu
+}   // namespace sdm_p1

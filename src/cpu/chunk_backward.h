@@ -19,11 +19,11 @@ namespace cpu {
 // are the forward's own stages), then the backward's, carved from the plan's workspace.
 struct BackwardScratch {
     ChunkScratch fwd;
-    double* e_log;          // n: exp(log-cumsum) at each sorted position
-    double* gbar;           // n: the adjoint of each entry's log-cumsum
-    double* rbar_before;    // n, K entries: the sum of rbar over its group's earlier K entries
-    double* xbar;           // C * W: each non-repeat K entry's gate adjoint, by token and lane
-    uint64_t* seen;         // ceil(n / 64): the entries the payload check has seen
+    double* e_log;         // n: exp(log-cumsum) at each sorted position
+    double* gbar;          // n: the adjoint of each entry's log-cumsum
+    double* rbar_before;   // n, K entries: the sum of rbar over its group's earlier K entries
+    double* xbar;          // C * W: each non-repeat K entry's gate adjoint, by token and lane
+    uint64_t* seen;        // ceil(n / 64): the entries the payload check has seen
 
     static size_t bytes(const Options& opt);
     // Lays the arrays out from `base` (16-byte aligned, bytes(opt) long).
@@ -46,7 +46,7 @@ BackwardCheck check_chunk_backward(const Options& opt, const BackwardRecord& b, 
 // Every requested input gradient of chunk c, whose data check passed.
 void backward_chunk(const Options& opt, const BackwardRecord& b, int64_t chunk, const BackwardScratch& s);
 
-}  // namespace cpu
-}  // namespace sdm_p1
+}   // namespace cpu
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CPU_CHUNK_BACKWARD_H
+#endif   // SDM_P1_CPU_CHUNK_BACKWARD_H

@@ -57,8 +57,7 @@ inline int valid_tokens(const Options& o, const InputRecord& in, int64_t c) {
 }
 
 // Token t's gates (global token tok) in fixed point; false, with *err set, at the first bad one.
-inline bool load_token_gates(const Options& o, const InputRecord& in, int64_t tok, int t, Fix* gates,
-                             InputError* err) {
+inline bool load_token_gates(const Options& o, const InputRecord& in, int64_t tok, int t, Fix* gates, InputError* err) {
     for (int lane = 0; lane < o.gate_width; ++lane) {
         const float g = in.g[tok * o.gate_width + lane];
         if (!gate_to_fix(g, &gates[t * o.gate_width + lane])) {
@@ -88,8 +87,8 @@ inline InputError load_and_check(const Options& o, const InputRecord& in, int64_
             }
             const bool is_q = j >= W;
             const int lane = is_q ? j - W : j;
-            const int64_t id = is_q ? load_id(in.q_idx, o.idx64, tok * R + lane)
-                                    : load_id(in.k_idx, o.idx64, tok * W + lane);
+            const int64_t id =
+                is_q ? load_id(in.q_idx, o.idx64, tok * R + lane) : load_id(in.k_idx, o.idx64, tok * W + lane);
             // id - id_base only once id >= id_base: it cannot overflow then.
             if (id < id_base || id - id_base >= o.num_keys) {
                 err = InputError{true, false, t, lane, is_q, id, 0.0f};
@@ -171,8 +170,7 @@ inline int64_t scan_forward(const Chunk& k, const ChunkScratch& s) {
         s.own_writes[r] = 0;
         if (is_k) {
             const uint32_t pp = r > 0 ? s.payload[r - 1] : 0u;
-            const bool repeat = !(p & kHead) && !(pp & kIsQ) &&
-                                payload_token(pp) == t;
+            const bool repeat = !(p & kHead) && !(pp & kIsQ) && payload_token(pp) == t;
             if (repeat) {
                 ++repeats;
                 s.own_writes[r] = s.own_writes[r - 1] + 1u;
@@ -234,7 +232,7 @@ inline void walk_earlier_writes(const ChunkScratch& s, int r, Visit visit) {
     }
 }
 
-}  // namespace cpu
-}  // namespace sdm_p1
+}   // namespace cpu
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CPU_CHUNK_STAGES_H
+#endif   // SDM_P1_CPU_CHUNK_STAGES_H

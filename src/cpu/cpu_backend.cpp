@@ -65,8 +65,7 @@ FirstFailure<Failure> for_each_chunk(WorkerPool& pool, const Options& o, char* w
                                      Visit& visit) {
     struct Job {
         Job(const Options& opt, char* ws, size_t bytes, Visit& v)
-            : o(&opt), workspace(ws), scratch_bytes(bytes), visit(&v),
-              results(static_cast<size_t>(opt.num_threads)) {}
+            : o(&opt), workspace(ws), scratch_bytes(bytes), visit(&v), results(static_cast<size_t>(opt.num_threads)) {}
 
         const Options* o;
         char* workspace;
@@ -88,8 +87,7 @@ FirstFailure<Failure> for_each_chunk(WorkerPool& pool, const Options& o, char* w
                 if (!failed(f)) continue;
                 if (c < mine.chunk) mine = FirstFailure<Failure>{c, f};
                 int64_t seen = j.first_failure.load();
-                while (c < seen && !j.first_failure.compare_exchange_weak(seen, c)) {
-                }
+                while (c < seen && !j.first_failure.compare_exchange_weak(seen, c)) {}
             }
         }
     };
@@ -109,7 +107,7 @@ void check_lengths(const Options& o, const InputRecord& in, const char* who) {
     if (bad >= 0) report_length_error(o, bad, load_id(in.stream_lengths, in.lengths64, bad), who);
 }
 
-}  // namespace
+}   // namespace
 
 void Backend::prepare(const Options& o, size_t) {
     scratch_bytes_ = o.backward ? BackwardScratch::bytes(o) : ChunkScratch::bytes(o);
@@ -166,5 +164,5 @@ void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* 
     for_each_chunk<NoFailure>(pool_, o, ws, scratch_bytes_, compute);
 }
 
-}  // namespace cpu
-}  // namespace sdm_p1
+}   // namespace cpu
+}   // namespace sdm_p1

@@ -41,12 +41,12 @@ public:
     void check_status(const Options&, void*) const override {}
 
 private:
-    size_t scratch_bytes_ = 0;    // per thread: a chunk's scratch (the backward's with backward)
+    size_t scratch_bytes_ = 0;   // per thread: a chunk's scratch (the backward's with backward)
     size_t workspace_bytes_ = 0;
     WorkerPool pool_;
 };
 
-}  // namespace cpu
-}  // namespace sdm_p1
+}   // namespace cpu
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CPU_BACKEND_H
+#endif   // SDM_P1_CPU_BACKEND_H

@@ -15,14 +15,14 @@ namespace sdm_p1 {
 namespace cpu {
 
 struct WorkerPool::Crew {
-    pid_t pid = 0;                    // the process the threads run in
+    pid_t pid = 0;   // the process the threads run in
     std::mutex mutex;
-    std::condition_variable wake;     // a job was posted, or stop
-    std::condition_variable done;     // the last active worker finished
-    uint64_t generation = 0;          // counts the jobs posted
-    bool open = false;                // the posted job still takes workers
+    std::condition_variable wake;   // a job was posted, or stop
+    std::condition_variable done;   // the last active worker finished
+    uint64_t generation = 0;        // counts the jobs posted
+    bool open = false;              // the posted job still takes workers
     bool stop = false;
-    int active = 0;                   // workers inside the posted job
+    int active = 0;   // workers inside the posted job
     Task task = nullptr;
     void* context = nullptr;
     std::vector<std::thread> threads;
@@ -82,8 +82,9 @@ void WorkerPool::start() {
             crew->threads.emplace_back(&Crew::work, crew.get(), w);
         } catch (const std::system_error& e) {
             crew->stop_and_join();
-            fail(SDM_P1_ERROR_OUT_OF_MEMORY, "sdm_p1_execute: could not start CPU worker thread ", w,
-                 " of ", workers_, " (", e.what(), "); a plan with fewer threads (sdm_p1_desc.num_threads) "
+            fail(SDM_P1_ERROR_OUT_OF_MEMORY, "sdm_p1_execute: could not start CPU worker thread ", w, " of ", workers_,
+                 " (", e.what(),
+                 "); a plan with fewer threads (sdm_p1_desc.num_threads) "
                  "needs fewer");
         }
     }
@@ -111,5 +112,5 @@ void WorkerPool::run(Task task, void* context) {
     c.done.wait(lock, [&] { return c.active == 0; });
 }
 
-}  // namespace cpu
-}  // namespace sdm_p1
+}   // namespace cpu
+}   // namespace sdm_p1

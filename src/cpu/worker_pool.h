@@ -36,7 +36,7 @@ private:
     std::unique_ptr<Crew> crew_;
 };
 
-}  // namespace cpu
-}  // namespace sdm_p1
+}   // namespace cpu
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CPU_WORKER_POOL_H
+#endif   // SDM_P1_CPU_WORKER_POOL_H

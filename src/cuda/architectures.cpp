@@ -9,9 +9,9 @@ namespace cuda {
 namespace {
 
 struct Architecture {
-    bool ptx;        // compute_XY (else sm_XY)
-    int number;      // XY: 10 * major + minor
-    char suffix;     // 'a' (this capability only), 'f' (its family), or 0
+    bool ptx;      // compute_XY (else sm_XY)
+    int number;    // XY: 10 * major + minor
+    char suffix;   // 'a' (this capability only), 'f' (its family), or 0
 };
 
 // Parses "sm_90", "compute_100", "sm_90a"; false for anything else.
@@ -48,7 +48,7 @@ bool runs_on(const Architecture& a, ComputeCapability cc) {
     return cc.major > major || (cc.major == major && cc.minor >= minor);
 }
 
-}  // namespace
+}   // namespace
 
 const char* built_architectures() {
 #if defined(SDM_P1_CUDA_ARCHITECTURES)
@@ -70,13 +70,13 @@ bool runs_on(const std::string& architectures, ComputeCapability cc) {
 
 std::string no_kernels_message(int device, ComputeCapability cc, const std::string& architectures) {
     std::ostringstream os;
-    os << "sdm_p1_plan_create: CUDA device " << device << " is sm_" << cc.major << cc.minor
-       << " (compute capability " << cc.major << "." << cc.minor << "), but this libsdmp1 has "
+    os << "sdm_p1_plan_create: CUDA device " << device << " is sm_" << cc.major << cc.minor << " (compute capability "
+       << cc.major << "." << cc.minor << "), but this libsdmp1 has "
        << "kernels for " << (architectures.empty() ? std::string("no architecture") : architectures)
-       << " only; rebuild it for that device (Meson option gpu_arch, e.g. -Dgpu_arch="
-       << cc.major << cc.minor << ", or gpu_arch=release)";
+       << " only; rebuild it for that device (Meson option gpu_arch, e.g. -Dgpu_arch=" << cc.major << cc.minor
+       << ", or gpu_arch=release)";
     return os.str();
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1

@@ -28,7 +28,7 @@ bool runs_on(const std::string& architectures, ComputeCapability cc);
 // The error message for a device that none of `architectures` runs on.
 std::string no_kernels_message(int device, ComputeCapability cc, const std::string& architectures);
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CUDA_ARCHITECTURES_H
+#endif   // SDM_P1_CUDA_ARCHITECTURES_H

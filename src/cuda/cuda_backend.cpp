@@ -23,18 +23,20 @@ void check(cudaError_t e, const char* call) {
     }
 }
 
-int device_alloc(void*, void** ptr, size_t bytes, void*) {
-    return cudaMalloc(ptr, bytes) == cudaSuccess ? 0 : 1;
-}
+int device_alloc(void*, void** ptr, size_t bytes, void*) { return cudaMalloc(ptr, bytes) == cudaSuccess ? 0 : 1; }
 
 void device_free(void*, void* ptr, size_t, void*) { cudaFree(ptr); }
 
 const char* memory_kind(cudaMemoryType t) {
     switch (t) {
-        case cudaMemoryTypeHost: return "page-locked host memory";
-        case cudaMemoryTypeDevice: return "device memory";
-        case cudaMemoryTypeManaged: return "managed memory";
-        default: return "host memory";
+        case cudaMemoryTypeHost:
+            return "page-locked host memory";
+        case cudaMemoryTypeDevice:
+            return "device memory";
+        case cudaMemoryTypeManaged:
+            return "managed memory";
+        default:
+            return "host memory";
     }
 }
 
@@ -63,8 +65,7 @@ AddressRange address_range_function() {
 // cuPointerGetAttributes: a pointer's memory type, device and allocation range in one driver
 // query, where cudaPointerGetAttributes and cuMemGetAddressRange take two. Looked up once;
 // null where unavailable.
-using PointerAttributes = CUresult (*)(unsigned count, CUpointer_attribute* attributes, void** data,
-                                       CUdeviceptr ptr);
+using PointerAttributes = CUresult (*)(unsigned count, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr);
 
 PointerAttributes pointer_attributes_function() {
     static const PointerAttributes function =
@@ -126,16 +127,16 @@ void log_plan(const Options& o, const LaunchConfig& c) {
     const char* const env = std::getenv("SDMP1_LOG");
     if (env == nullptr || std::strcmp(env, "0") == 0) return;
     const LeanLayout& l = c.lean;
-    std::fprintf(stderr, "libsdmp1: plan N=%lld C=%d W=%d R=%d keys=%lld: kernel %s", static_cast<long long>(o.N),
-                 o.C, o.W, o.R, static_cast<long long>(o.num_keys), kernel_name(c));
+    std::fprintf(stderr, "libsdmp1: plan N=%lld C=%d W=%d R=%d keys=%lld: kernel %s", static_cast<long long>(o.N), o.C,
+                 o.W, o.R, static_cast<long long>(o.num_keys), kernel_name(c));
     if (l.threads != 0) {
-        std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)",
-                     l.grid, l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
+        std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)", l.grid,
+                     l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
     }
     std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)\n", c.grid, c.threads, c.smem_bytes);
 }
 
-}  // namespace
+}   // namespace
 
 int device_count(std::string* why) {
     int count = 0;
@@ -165,13 +166,14 @@ int resolve_device(int requested) {
     std::string why;
     const int count = device_count(&why);
     if (count == 0) {
-        fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE, "sdm_p1_plan_create: the CUDA backend has no device to run on (", why, ")");
+        fail(SDM_P1_ERROR_BACKEND_UNAVAILABLE, "sdm_p1_plan_create: the CUDA backend has no device to run on (", why,
+             ")");
     }
     int device = requested;
     if (device == SDM_P1_UNSET) check(cudaGetDevice(&device), "cudaGetDevice");
     if (device < 0 || device >= count) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.device = ", requested, ": this machine has ",
-             count, " CUDA device(s)");
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_desc.device = ", requested, ": this machine has ", count,
+             " CUDA device(s)");
     }
     // A device none of the kernels runs on is refused here, not by a launch error at execute.
     ComputeCapability cc{};
@@ -285,7 +287,8 @@ void Backend::execute(const Options&, const InputRecord& in, void* workspace, vo
     a.chunk_value = reinterpret_cast<uint64_t*>(ws + value_offset_);
     a.wide_chunks = reinterpret_cast<unsigned long long*>(ws + wide_offset_);
     // Null: the main kernel computes every chunk (no lean kernel leaves it a list).
-    a.general_chunks = config_.lean.threads != 0 ? reinterpret_cast<unsigned long long*>(ws + general_offset_) : nullptr;
+    a.general_chunks =
+        config_.lean.threads != 0 ? reinterpret_cast<unsigned long long*>(ws + general_offset_) : nullptr;
     check(static_cast<cudaError_t>(launch(config_, a, stream)), "launching the Phase 1 kernel");
 }
 
@@ -302,8 +305,8 @@ void Backend::check_status(const Options& o, void* workspace) const {
         // The length error comes first, as on the CPU, which checks lengths before any chunk.
         const int64_t stream = static_cast<int64_t>(status.bad_stream);
         uint64_t length = 0;
-        check(cudaMemcpy(&length, ws + value_offset_ + static_cast<size_t>(stream) * sizeof(uint64_t),
-                         sizeof length, cudaMemcpyDeviceToHost),
+        check(cudaMemcpy(&length, ws + value_offset_ + static_cast<size_t>(stream) * sizeof(uint64_t), sizeof length,
+                         cudaMemcpyDeviceToHost),
               "cudaMemcpy (reading the data check)");
         report_length_error(o, stream, static_cast<int64_t>(length));
     }
@@ -333,5 +336,5 @@ void Backend::check_status(const Options& o, void* workspace) const {
     report_input_error(o, c, err);
 }
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1

@@ -97,16 +97,16 @@ public:
 private:
     int device_;
     LaunchConfig config_{};
-    KernelArgs args_{};         // every argument but the pointers of an execute
-    size_t status_offset_ = 0;   // DeviceStatus
-    size_t value_offset_ = 0;    // uint64[N] bits of each chunk's first bad value
-    size_t wide_offset_ = 0;     // uint64[N] the chunks left to the wide-log kernel
-    size_t general_offset_ = 0;  // uint64[N] the chunks the lean kernel left to the main kernel
-    size_t scratch_offset_ = 0;  // global scratch of the blocks (config_), if any
+    KernelArgs args_{};           // every argument but the pointers of an execute
+    size_t status_offset_ = 0;    // DeviceStatus
+    size_t value_offset_ = 0;     // uint64[N] bits of each chunk's first bad value
+    size_t wide_offset_ = 0;      // uint64[N] the chunks left to the wide-log kernel
+    size_t general_offset_ = 0;   // uint64[N] the chunks the lean kernel left to the main kernel
+    size_t scratch_offset_ = 0;   // global scratch of the blocks (config_), if any
     size_t workspace_bytes_ = 0;
 };
 
-}  // namespace cuda
-}  // namespace sdm_p1
+}   // namespace cuda
+}   // namespace sdm_p1
 
-#endif  // SDM_P1_CUDA_BACKEND_H
+#endif   // SDM_P1_CUDA_BACKEND_H

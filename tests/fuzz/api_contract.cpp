@@ -21,17 +21,19 @@ bool documented(Call kind, bool cuda, sdm_p1_status s) {
             // OUT_OF_MEMORY: host memory for the CPU backend's threads.
             return s == SDM_P1_SUCCESS || s == SDM_P1_ERROR_INVALID_ARGUMENT || s == SDM_P1_ERROR_INVALID_INPUT ||
                    s == SDM_P1_ERROR_OUT_OF_MEMORY;
-        case Call::Query: return s == SDM_P1_SUCCESS || s == SDM_P1_ERROR_INVALID_ARGUMENT;
+        case Call::Query:
+            return s == SDM_P1_SUCCESS || s == SDM_P1_ERROR_INVALID_ARGUMENT;
         case Call::ExecuteStatus:
             return s == SDM_P1_SUCCESS || s == SDM_P1_ERROR_INVALID_ARGUMENT || s == SDM_P1_ERROR_INVALID_INPUT;
-        case Call::Destroy: return s == SDM_P1_SUCCESS;
+        case Call::Destroy:
+            return s == SDM_P1_SUCCESS;
         case Call::DeviceCount:
             return s == SDM_P1_SUCCESS || s == SDM_P1_ERROR_INVALID_ARGUMENT || s == SDM_P1_ERROR_BACKEND_UNAVAILABLE;
     }
     return false;
 }
 
-}  // namespace
+}   // namespace
 
 void broken(const std::string& what) {
     std::fprintf(stderr, "\nBROKEN PROMISE: %s\n  last error: %s\n", what.c_str(), sdm_p1_last_error());
@@ -63,12 +65,17 @@ void check_status(Call kind, const char* what, bool cuda, sdm_p1_status s) {
 
 size_t dtype_size(int32_t dtype) {
     switch (dtype) {
-        case SDM_P1_DTYPE_INT8: return 1;
-        case SDM_P1_DTYPE_BFLOAT16: return 2;
+        case SDM_P1_DTYPE_INT8:
+            return 1;
+        case SDM_P1_DTYPE_BFLOAT16:
+            return 2;
         case SDM_P1_DTYPE_INT32:
-        case SDM_P1_DTYPE_FLOAT32: return 4;
-        case SDM_P1_DTYPE_INT64: return 8;
-        default: return 0;
+        case SDM_P1_DTYPE_FLOAT32:
+            return 4;
+        case SDM_P1_DTYPE_INT64:
+            return 8;
+        default:
+            return 0;
     }
 }
 
@@ -110,16 +117,16 @@ bool same_options(const sdm_p1_desc& a, const sdm_p1_desc& b, bool with_threads)
     return a.N == b.N && a.C == b.C && a.W == b.W && a.R == b.R && a.num_parallel == b.num_parallel &&
            a.stream_offset == b.stream_offset && a.num_keys == b.num_keys && a.valid_last == b.valid_last &&
            a.index_dtype == b.index_dtype && a.value_dtype == b.value_dtype && a.gate_width == b.gate_width &&
-           a.need_read_groups == b.need_read_groups && a.det_fields == b.det_fields &&
-           a.rec_tile == b.rec_tile && a.backend == b.backend && a.device == b.device &&
-           a.output_mode == b.output_mode && (!with_threads || a.num_threads == b.num_threads);
+           a.need_read_groups == b.need_read_groups && a.det_fields == b.det_fields && a.rec_tile == b.rec_tile &&
+           a.backend == b.backend && a.device == b.device && a.output_mode == b.output_mode &&
+           (!with_threads || a.num_threads == b.num_threads);
 }
 
 bool same_views(const sdm_p1_tensor* a, const sdm_p1_tensor* b) {
     for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
         const sdm_p1_tensor &x = a[f], &y = b[f];
-        if (std::strcmp(x.name, y.name) != 0 || x.dtype != y.dtype || x.requested != y.requested ||
-            x.ndim != y.ndim || x.bytes != y.bytes || std::memcmp(x.shape, y.shape, sizeof x.shape) != 0) {
+        if (std::strcmp(x.name, y.name) != 0 || x.dtype != y.dtype || x.requested != y.requested || x.ndim != y.ndim ||
+            x.bytes != y.bytes || std::memcmp(x.shape, y.shape, sizeof x.shape) != 0) {
             return false;
         }
     }
@@ -137,4 +144,4 @@ Outputs host_outputs(const sdm_p1_tensor* views, void* const* buffers) {
     return out;
 }
 
-}  // namespace fuzz
+}   // namespace fuzz

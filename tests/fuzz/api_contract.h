@@ -18,12 +18,12 @@ namespace fuzz {
 
 // The kinds of call, by the statuses the header allows them.
 enum class Call {
-    Create,        // sdm_p1_plan_create
-    Execute,       // sdm_p1_execute
-    Query,         // sdm_p1_outputs, sdm_p1_plan_desc, sdm_p1_workspace_size
-    ExecuteStatus, // sdm_p1_execute_status
-    Destroy,       // sdm_p1_plan_destroy
-    DeviceCount,   // sdm_p1_cuda_device_count
+    Create,          // sdm_p1_plan_create
+    Execute,         // sdm_p1_execute
+    Query,           // sdm_p1_outputs, sdm_p1_plan_desc, sdm_p1_workspace_size
+    ExecuteStatus,   // sdm_p1_execute_status
+    Destroy,         // sdm_p1_plan_destroy
+    DeviceCount,     // sdm_p1_cuda_device_count
 };
 
 // Runs `call` (returning an sdm_p1_status) after leaving a known message as the thread's last
@@ -65,6 +65,6 @@ sdm_p1_status checked(Call kind, const char* what, bool cuda, Body call) {
     return s;
 }
 
-}  // namespace fuzz
+}   // namespace fuzz
 
-#endif  // SDM_P1_FUZZ_API_CONTRACT_H
+#endif   // SDM_P1_FUZZ_API_CONTRACT_H

@@ -113,16 +113,27 @@ public:
         }
         for (const Step& s : c_.steps) {
             switch (s.op) {
-                case Op::Execute: step_execute(); break;
+                case Op::Execute:
+                    step_execute();
+                    break;
                 case Op::Poke:
                     poke(c_, s.arg);
                     inputs_changed_ = true;
                     break;
-                case Op::Recreate: step_recreate(); break;
-                case Op::Misuse: step_misuse(s.arg); break;
-                case Op::DescRoundTrip: step_round_trip(); break;
-                case Op::DropBuffer: step_drop_buffer(s.arg); break;
-                case Op::Count: break;
+                case Op::Recreate:
+                    step_recreate();
+                    break;
+                case Op::Misuse:
+                    step_misuse(s.arg);
+                    break;
+                case Op::DescRoundTrip:
+                    step_round_trip();
+                    break;
+                case Op::DropBuffer:
+                    step_drop_buffer(s.arg);
+                    break;
+                case Op::Count:
+                    break;
             }
         }
     }
@@ -141,8 +152,8 @@ private:
 
     void create(Plan& p) {
         DescBuffer buf = sized_desc(request(p.threads), c_.desc_form);
-        p.created = checked(Call::Create, "sdm_p1_plan_create", false,
-                            [&] { return sdm_p1_plan_create(&p.plan, &buf.desc); });
+        p.created =
+            checked(Call::Create, "sdm_p1_plan_create", false, [&] { return sdm_p1_plan_create(&p.plan, &buf.desc); });
         if (p.created != SDM_P1_SUCCESS) {
             if (p.plan != nullptr) broken("sdm_p1_plan_create failed but left *plan set");
             if (refused_form(c_.desc_form) && p.created != SDM_P1_ERROR_INVALID_ARGUMENT) {
@@ -180,8 +191,7 @@ private:
                 [&] { return sdm_p1_outputs(p.plan, p.views, SDM_P1_FIELD_COUNT); });
         check_views(p.views, p.resolved);
         size_t workspace = 0;
-        checked(Call::Query, "sdm_p1_workspace_size", false,
-                [&] { return sdm_p1_workspace_size(p.plan, &workspace); });
+        checked(Call::Query, "sdm_p1_workspace_size", false, [&] { return sdm_p1_workspace_size(p.plan, &workspace); });
         p.storage.assign(SDM_P1_FIELD_COUNT, {});
         for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
             const bool caller = p.resolved.output_mode == SDM_P1_OUTPUTS_CALLER;
@@ -279,7 +289,9 @@ private:
         const char* execute = "sdm_p1_execute";
         const char* outputs = "sdm_p1_outputs";
         switch (which) {
-            case 0: expect(bad, Call::Create, create, [&] { return sdm_p1_plan_create(nullptr, &plain); }); break;
+            case 0:
+                expect(bad, Call::Create, create, [&] { return sdm_p1_plan_create(nullptr, &plain); });
+                break;
             case 1: {
                 sdm_p1_plan* out = reinterpret_cast<sdm_p1_plan*>(&out);
                 expect(bad, Call::Create, create, [&] { return sdm_p1_plan_create(&out, nullptr); });
@@ -294,8 +306,11 @@ private:
             }
             case 3: {
                 size_t bytes = 0;
-                expect(bad, Call::Query, "sdm_p1_workspace_size", [&] { return sdm_p1_workspace_size(nullptr, &bytes); });
-                if (plan) expect(bad, Call::Query, "sdm_p1_workspace_size", [&] { return sdm_p1_workspace_size(plan, nullptr); });
+                expect(bad, Call::Query, "sdm_p1_workspace_size",
+                       [&] { return sdm_p1_workspace_size(nullptr, &bytes); });
+                if (plan)
+                    expect(bad, Call::Query, "sdm_p1_workspace_size",
+                           [&] { return sdm_p1_workspace_size(plan, nullptr); });
                 break;
             }
             case 4:
@@ -316,9 +331,14 @@ private:
                 }
                 break;
             }
-            case 6: expect(bad, Call::Execute, execute, [&] { return sdm_p1_execute(nullptr, &in.in, nullptr, 0, nullptr); }); break;
+            case 6:
+                expect(bad, Call::Execute, execute,
+                       [&] { return sdm_p1_execute(nullptr, &in.in, nullptr, 0, nullptr); });
+                break;
             case 7:
-                if (plan) expect(bad, Call::Execute, execute, [&] { return sdm_p1_execute(plan, nullptr, nullptr, 0, nullptr); });
+                if (plan)
+                    expect(bad, Call::Execute, execute,
+                           [&] { return sdm_p1_execute(plan, nullptr, nullptr, 0, nullptr); });
                 break;
             case 8: {
                 if (plan == nullptr) break;
@@ -326,24 +346,28 @@ private:
                 const int32_t counts[] = {-1, SDM_P1_FIELD_COUNT + 1, 3};
                 const int32_t count = counts[(arg >> 8) % 3];
                 void* const* buffers = count == 3 ? nullptr : none;   // 3 with NULL outputs
-                expect(bad, Call::Execute, execute, [&] { return sdm_p1_execute(plan, &in.in, buffers, count, nullptr); });
+                expect(bad, Call::Execute, execute,
+                       [&] { return sdm_p1_execute(plan, &in.in, buffers, count, nullptr); });
                 break;
             }
             case 9:
-                expect(bad, Call::ExecuteStatus, "sdm_p1_execute_status", [&] { return sdm_p1_execute_status(nullptr); });
+                expect(bad, Call::ExecuteStatus, "sdm_p1_execute_status",
+                       [&] { return sdm_p1_execute_status(nullptr); });
                 if (plan) {
                     expect(SDM_P1_SUCCESS, Call::ExecuteStatus, "sdm_p1_execute_status",
                            [&] { return sdm_p1_execute_status(plan); });   // the CPU reports in execute
                 }
                 break;
             case 10:
-                expect(SDM_P1_SUCCESS, Call::Destroy, "sdm_p1_plan_destroy", [&] { return sdm_p1_plan_destroy(nullptr); });
+                expect(SDM_P1_SUCCESS, Call::Destroy, "sdm_p1_plan_destroy",
+                       [&] { return sdm_p1_plan_destroy(nullptr); });
                 if (sdm_p1_version_number() != SDM_P1_VERSION_NUMBER || sdm_p1_version_string() == nullptr) {
                     broken("the library's version is not the header's");
                 }
                 break;
             default: {
-                expect(bad, Call::DeviceCount, "sdm_p1_cuda_device_count", [&] { return sdm_p1_cuda_device_count(nullptr); });
+                expect(bad, Call::DeviceCount, "sdm_p1_cuda_device_count",
+                       [&] { return sdm_p1_cuda_device_count(nullptr); });
                 int32_t devices = -1;
                 checked(Call::DeviceCount, "sdm_p1_cuda_device_count", false,
                         [&] { return sdm_p1_cuda_device_count(&devices); });
@@ -358,8 +382,8 @@ private:
         if (one_.plan == nullptr) return;
         sdm_p1_desc resolved = one_.resolved;
         sdm_p1_plan* again = nullptr;
-        const sdm_p1_status s = checked(Call::Create, "sdm_p1_plan_create", false,
-                                        [&] { return sdm_p1_plan_create(&again, &resolved); });
+        const sdm_p1_status s =
+            checked(Call::Create, "sdm_p1_plan_create", false, [&] { return sdm_p1_plan_create(&again, &resolved); });
         if (s == SDM_P1_ERROR_OUT_OF_MEMORY) return;
         if (s != SDM_P1_SUCCESS) broken("a plan from sdm_p1_plan_desc's descriptor was refused");
         sdm_p1_desc twice = one_.resolved;
@@ -407,7 +431,7 @@ private:
     bool inputs_changed_ = true;
 };
 
-}  // namespace
+}   // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Case c = decode_case(data, size);

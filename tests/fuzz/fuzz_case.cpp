@@ -11,10 +11,34 @@ namespace {
 
 // The values a field takes when a case probes the limits: in, at and past each of them.
 constexpr int64_t kEdges[] = {
-    0, 1, 2, 3, -1, -2, 7, 16, 255, 256, 257, 4096, 65535, int64_t{1} << 16,
-    int64_t{1} << 17, (int64_t{1} << 17) + 1, INT32_MAX, int64_t{1} << 31, int64_t{1} << 32,
-    (int64_t{1} << 32) + 1, int64_t{1} << 40, int64_t{1} << 55, 3 * (int64_t{1} << 55),
-    int64_t{1} << 61, int64_t{1} << 62, INT64_MAX, INT64_MIN, INT64_MIN + 1,
+    0,
+    1,
+    2,
+    3,
+    -1,
+    -2,
+    7,
+    16,
+    255,
+    256,
+    257,
+    4096,
+    65535,
+    int64_t{1} << 16,
+    int64_t{1} << 17,
+    (int64_t{1} << 17) + 1,
+    INT32_MAX,
+    int64_t{1} << 31,
+    int64_t{1} << 32,
+    (int64_t{1} << 32) + 1,
+    int64_t{1} << 40,
+    int64_t{1} << 55,
+    3 * (int64_t{1} << 55),
+    int64_t{1} << 61,
+    int64_t{1} << 62,
+    INT64_MAX,
+    INT64_MIN,
+    INT64_MIN + 1,
 };
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -22,14 +46,13 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Gates: ordinary, tiny (rounded to 2^-96), subnormal, at and past 2^22, not finite.
 constexpr float kEdgeGates[] = {
-    0.0f, -0.0f, -1e-9f, -20.0f, -1e-30f, 1e-45f, -1e-40f, 3.0f, -4194303.5f, 4194304.0f,
-    -4194304.0f, 1e30f, kNaN, kInf, -kInf, -0.5f,
+    0.0f,        -0.0f,      -1e-9f,      -20.0f, -1e-30f, 1e-45f, -1e-40f, 3.0f,
+    -4194303.5f, 4194304.0f, -4194304.0f, 1e30f,  kNaN,    kInf,   -kInf,   -0.5f,
 };
 
 // Values: zeros, subnormals, the extremes and not-a-numbers.
 constexpr float kEdgeValues[] = {
-    0.0f, -0.0f, 1e-40f, -1e-45f, 3.4028235e38f, -1.1754944e-38f, 1e30f, kNaN, kInf, -kInf,
-    1.0f, -2.0f,
+    0.0f, -0.0f, 1e-40f, -1e-45f, 3.4028235e38f, -1.1754944e-38f, 1e30f, kNaN, kInf, -kInf, 1.0f, -2.0f,
 };
 
 template <typename T, size_t n>
@@ -99,13 +122,20 @@ void store_value(Case& c, int input, size_t i, float v, Rng* raw_bits) {
 // An id outside (or at the edge of) the stream's range [base, base + num_keys).
 int64_t edge_id(uint64_t base, const sdm_p1_desc& d, uint64_t r) {
     switch (r % 7) {
-        case 0: return static_cast<int64_t>(base - 1);
-        case 1: return static_cast<int64_t>(base + static_cast<uint64_t>(d.num_keys));
-        case 2: return -1;
-        case 3: return INT32_MIN;
-        case 4: return INT64_MAX;
-        case 5: return static_cast<int64_t>(base + static_cast<uint64_t>(d.num_keys) - 1);   // the last valid
-        default: return static_cast<int64_t>(r);
+        case 0:
+            return static_cast<int64_t>(base - 1);
+        case 1:
+            return static_cast<int64_t>(base + static_cast<uint64_t>(d.num_keys));
+        case 2:
+            return -1;
+        case 3:
+            return INT32_MIN;
+        case 4:
+            return INT64_MAX;
+        case 5:
+            return static_cast<int64_t>(base + static_cast<uint64_t>(d.num_keys) - 1);   // the last valid
+        default:
+            return static_cast<int64_t>(r);
     }
 }
 
@@ -126,7 +156,7 @@ void fill_arrays(Case& c, Bytes& b) {
     const size_t sizes[kInputs] = {
         static_cast<size_t>(tokens * d.W) * index_bytes(d), static_cast<size_t>(tokens * d.R) * index_bytes(d),
         static_cast<size_t>(tokens * d.W) * value_bytes(d), static_cast<size_t>(tokens * d.R) * value_bytes(d),
-        static_cast<size_t>(tokens * d.gate_width) * 4, static_cast<size_t>(tokens) * 4,
+        static_cast<size_t>(tokens * d.gate_width) * 4,     static_cast<size_t>(tokens) * 4,
     };
     for (int i = 0; i < kInputs; ++i) c.arrays[i].assign(sizes[i] + kSlack, 0);
     Rng rng{c.seed};
@@ -146,7 +176,8 @@ void fill_arrays(Case& c, Bytes& b) {
             const int idx = write ? kIdx : qIdx, val = write ? kVal : qVal;
             const size_t i = static_cast<size_t>(tok * (write ? d.W : d.R) + (write ? lane : lane - d.W));
             const bool wild = garbage || rng.chance(out_of_range);
-            store_id(c, idx, i, wild ? edge_id(base, d, rng.next()) : static_cast<int64_t>(base + rng.next() % used_keys));
+            store_id(c, idx, i,
+                     wild ? edge_id(base, d, rng.next()) : static_cast<int64_t>(base + rng.next() % used_keys));
             float v = std::ldexp(rng.unit(), static_cast<int>(rng.next() % 40) - 20);
             if (garbage || rng.chance(edge_values)) v = kEdgeValues[rng.next() % count_of(kEdgeValues)];
             store_value(c, val, i, v, rng.chance(4) ? &rng : nullptr);
@@ -178,12 +209,24 @@ void fill_lengths(Case& c, Bytes& b) {
         const uint8_t r = b.u8();
         int64_t len;
         switch (r % 8) {
-            case 0: len = 0; break;
-            case 1: len = 1; break;
-            case 2: len = most; break;
-            case 3: len = (r / 8) % (most / d.C + 1) * d.C; break;
-            case 4: len = r % 32 == 4 ? -1 : r % 32 == 12 ? most + 1 : r / 8 % (most + 1); break;
-            default: len = b.u8() % (most + 1); break;
+            case 0:
+                len = 0;
+                break;
+            case 1:
+                len = 1;
+                break;
+            case 2:
+                len = most;
+                break;
+            case 3:
+                len = (r / 8) % (most / d.C + 1) * d.C;
+                break;
+            case 4:
+                len = r % 32 == 4 ? -1 : r % 32 == 12 ? most + 1 : r / 8 % (most + 1);
+                break;
+            default:
+                len = b.u8() % (most + 1);
+                break;
         }
         if (bytes == 4) {
             const int32_t v = static_cast<int32_t>(len);
@@ -194,11 +237,9 @@ void fill_lengths(Case& c, Bytes& b) {
     }
 }
 
-StructForm struct_form(Bytes& b) {
-    return b.chance(16) ? static_cast<StructForm>(b.u8() % 4) : StructForm::Plain;
-}
+StructForm struct_form(Bytes& b) { return b.chance(16) ? static_cast<StructForm>(b.u8() % 4) : StructForm::Plain; }
 
-}  // namespace
+}   // namespace
 
 uint32_t Bytes::u32() {
     uint32_t v = 0;
@@ -224,18 +265,34 @@ Case decode_case(const uint8_t* data, size_t size) {
     d.R = maybe_edge(b.chance(16) ? 1 + b.u8() % 64 : 1 + b.u8() % 6);
     const int64_t n_for_p = d.N >= 1 && d.N <= 256 ? d.N : 1;
     switch (b.u8() % 4) {
-        case 0: d.num_parallel = 1; break;
-        case 1: d.num_parallel = n_for_p; break;
-        case 2: d.num_parallel = n_for_p % 2 == 0 ? 2 : 1; break;
-        default: d.num_parallel = 1 + b.u8() % n_for_p; break;   // may not divide N
+        case 0:
+            d.num_parallel = 1;
+            break;
+        case 1:
+            d.num_parallel = n_for_p;
+            break;
+        case 2:
+            d.num_parallel = n_for_p % 2 == 0 ? 2 : 1;
+            break;
+        default:
+            d.num_parallel = 1 + b.u8() % n_for_p;
+            break;   // may not divide N
     }
     d.num_parallel = maybe_edge(d.num_parallel);
     d.num_keys = maybe_edge(b.chance(32) ? 1 + b.u32() % (1u << 20) : 1 + b.u8() % 40);
     switch (b.u8() % 4) {
-        case 0: d.stream_offset = d.num_keys; break;
-        case 1: d.stream_offset = static_cast<int64_t>(static_cast<uint64_t>(d.num_keys) + b.u8()); break;
-        case 2: d.stream_offset = 0; break;
-        default: d.stream_offset = b.u32(); break;
+        case 0:
+            d.stream_offset = d.num_keys;
+            break;
+        case 1:
+            d.stream_offset = static_cast<int64_t>(static_cast<uint64_t>(d.num_keys) + b.u8());
+            break;
+        case 2:
+            d.stream_offset = 0;
+            break;
+        default:
+            d.stream_offset = b.u32();
+            break;
     }
     d.stream_offset = maybe_edge(d.stream_offset);
     const int64_t c_for_valid = d.C >= 1 && d.C <= 256 ? d.C : 1;
@@ -245,16 +302,32 @@ Case decode_case(const uint8_t* data, size_t size) {
     d.gate_width = maybe_edge(b.u8() % 2 ? d.W : 1);
     d.need_read_groups = static_cast<int32_t>(maybe_edge(static_cast<int32_t>(b.u8() % 3) - 1));
     switch (b.u8() % 5) {
-        case 0: d.det_fields = SDM_P1_UNSET; break;
-        case 1: d.det_fields = SDM_P1_DET_SHIPPED; break;
-        case 2: d.det_fields = SDM_P1_DET_ALL; break;
-        case 3: d.det_fields = (b.u8() | b.u8() << 8) & SDM_P1_DET_ALL; break;
-        default: d.det_fields = probe ? static_cast<int64_t>(b.u64()) : SDM_P1_DET_ALL; break;   // undefined bits
+        case 0:
+            d.det_fields = SDM_P1_UNSET;
+            break;
+        case 1:
+            d.det_fields = SDM_P1_DET_SHIPPED;
+            break;
+        case 2:
+            d.det_fields = SDM_P1_DET_ALL;
+            break;
+        case 3:
+            d.det_fields = (b.u8() | b.u8() << 8) & SDM_P1_DET_ALL;
+            break;
+        default:
+            d.det_fields = probe ? static_cast<int64_t>(b.u64()) : SDM_P1_DET_ALL;
+            break;   // undefined bits
     }
     switch (b.u8() % 3) {
-        case 0: d.rec_tile = SDM_P1_UNSET; break;
-        case 1: d.rec_tile = 0; break;
-        default: d.rec_tile = 1 + b.u8() % 64; break;
+        case 0:
+            d.rec_tile = SDM_P1_UNSET;
+            break;
+        case 1:
+            d.rec_tile = 0;
+            break;
+        default:
+            d.rec_tile = 1 + b.u8() % 64;
+            break;
     }
     d.rec_tile = maybe_edge(d.rec_tile);
     const int32_t backends[] = {SDM_P1_BACKEND_AUTO, SDM_P1_BACKEND_CPU, SDM_P1_BACKEND_CUDA, 7};
@@ -268,10 +341,16 @@ Case decode_case(const uint8_t* data, size_t size) {
     c.runnable = shape_runnable(d);
     switch (b.u8() % 4) {
         case 0:
-        case 1: c.allocator = c.runnable ? AllocatorKind::Default : AllocatorKind::Capped; break;
-        case 2: c.allocator = AllocatorKind::Capped; break;
+        case 1:
+            c.allocator = c.runnable ? AllocatorKind::Default : AllocatorKind::Capped;
+            break;
+        case 2:
+            c.allocator = AllocatorKind::Capped;
+            break;
         default:
-            c.allocator = !probe ? AllocatorKind::Capped : b.chance(128) ? AllocatorKind::HalfSet : AllocatorKind::Misaligned;
+            c.allocator = !probe          ? AllocatorKind::Capped
+                          : b.chance(128) ? AllocatorKind::HalfSet
+                                          : AllocatorKind::Misaligned;
             break;
     }
     c.fail_allocation = b.chance(32) ? 1 + b.u8() % 3 : 0;
@@ -341,27 +420,32 @@ namespace {
 // struct_size and the newer bytes of a buffer whose first member is the library's struct;
 // `oldest_size`: the struct's 1.0 layout (sdm_p1_inputs has grown since: 1.2's lengths).
 template <typename Buffer>
-void apply_form(Buffer& buf, uint32_t* struct_size, size_t library_size, size_t oldest_size,
-                StructForm form) {
+void apply_form(Buffer& buf, uint32_t* struct_size, size_t library_size, size_t oldest_size, StructForm form) {
     switch (form) {
-        case StructForm::Plain: *struct_size = static_cast<uint32_t>(library_size); break;
-        case StructForm::Newer: *struct_size = sizeof buf; break;
+        case StructForm::Plain:
+            *struct_size = static_cast<uint32_t>(library_size);
+            break;
+        case StructForm::Newer:
+            *struct_size = sizeof buf;
+            break;
         case StructForm::NewerSet:
             *struct_size = sizeof buf;
             buf.newer[1] = 1;
             break;
-        case StructForm::TooShort: *struct_size = static_cast<uint32_t>(oldest_size - 8); break;
+        case StructForm::TooShort:
+            *struct_size = static_cast<uint32_t>(oldest_size - 8);
+            break;
     }
 }
 
-}  // namespace
+}   // namespace
 
 DescBuffer sized_desc(const sdm_p1_desc& desc, StructForm form) {
     DescBuffer buf{};
     buf.desc = desc;
     // The 1.0 layout ends with the allocator (1.3 appended backward and grad_dtype).
-    apply_form(buf, &buf.desc.struct_size, sizeof buf.desc,
-               offsetof(sdm_p1_desc, allocator) + sizeof(sdm_p1_allocator), form);
+    apply_form(buf, &buf.desc.struct_size, sizeof buf.desc, offsetof(sdm_p1_desc, allocator) + sizeof(sdm_p1_allocator),
+               form);
     return buf;
 }
 
@@ -372,4 +456,4 @@ InputsBuffer sized_inputs(const sdm_p1_inputs& in, StructForm form) {
     return buf;
 }
 
-}  // namespace fuzz
+}   // namespace fuzz

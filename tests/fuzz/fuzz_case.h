@@ -39,12 +39,12 @@ enum class StructForm {
 
 // The calls after the plans are created, each with an argument from the bytes.
 enum class Op : uint8_t {
-    Execute,        // both plans, the same inputs; compared
-    Poke,           // one input element set to an edge value
-    Recreate,       // the n-thread plan destroyed and created again
-    Misuse,         // one call with a NULL or out-of-range argument
-    DescRoundTrip,  // a plan from sdm_p1_plan_desc's descriptor: the same views
-    DropBuffer,     // an execute with one output buffer NULL or misaligned
+    Execute,         // both plans, the same inputs; compared
+    Poke,            // one input element set to an edge value
+    Recreate,        // the n-thread plan destroyed and created again
+    Misuse,          // one call with a NULL or out-of-range argument
+    DescRoundTrip,   // a plan from sdm_p1_plan_desc's descriptor: the same views
+    DropBuffer,      // an execute with one output buffer NULL or misaligned
     Count
 };
 
@@ -55,10 +55,10 @@ struct Step {
 
 // Which allocator the plans get.
 enum class AllocatorKind {
-    Default,    // the library's (only for runnable shapes)
-    Capped,     // the harness's: refuses blocks over a cap, or its k-th allocation
-    Misaligned, // the harness's, its blocks 8 bytes off the alignment a plan needs (refused)
-    HalfSet,    // alloc without free (refused)
+    Default,      // the library's (only for runnable shapes)
+    Capped,       // the harness's: refuses blocks over a cap, or its k-th allocation
+    Misaligned,   // the harness's, its blocks 8 bytes off the alignment a plan needs (refused)
+    HalfSet,      // alloc without free (refused)
 };
 
 // The input arrays in the order of sdm_p1_inputs; then, past them, the per-stream lengths
@@ -68,19 +68,19 @@ constexpr int kLengths = kInputs;
 constexpr int kArrays = kInputs + 1;
 
 struct Case {
-    sdm_p1_desc desc;                 // as the caller filled it (num_threads: see below)
+    sdm_p1_desc desc;   // as the caller filled it (num_threads: see below)
     StructForm desc_form, inputs_form;
     AllocatorKind allocator;
-    uint32_t fail_allocation;         // Capped: the k-th allocation fails (0: none)
-    int32_t threads;                  // num_threads of the second plan (the first has 1)
-    bool runnable;                    // small enough to execute; arrays filled
-    uint32_t null_inputs;             // bit per Input: passed as NULL
-    uint32_t misaligned_inputs;       // bit per Input: passed one byte past its array
+    uint32_t fail_allocation;               // Capped: the k-th allocation fails (0: none)
+    int32_t threads;                        // num_threads of the second plan (the first has 1)
+    bool runnable;                          // small enough to execute; arrays filled
+    uint32_t null_inputs;                   // bit per Input: passed as NULL
+    uint32_t misaligned_inputs;             // bit per Input: passed one byte past its array
     std::vector<uint8_t> arrays[kArrays];   // raw bytes in the descriptor's dtypes; the
                                             // lengths' in lengths_dtype (empty: none given)
-    int32_t lengths_dtype;            // stream_lengths_dtype, sometimes not a valid one
+    int32_t lengths_dtype;                  // stream_lengths_dtype, sometimes not a valid one
     std::vector<Step> steps;
-    uint64_t seed;                    // for the pokes' values
+    uint64_t seed;   // for the pokes' values
 };
 
 // Decodes a case. Shapes are mostly small (and then runnable: each execute takes well under
@@ -111,6 +111,6 @@ struct InputsBuffer {
 DescBuffer sized_desc(const sdm_p1_desc& desc, StructForm form);
 InputsBuffer sized_inputs(const sdm_p1_inputs& in, StructForm form);
 
-}  // namespace fuzz
+}   // namespace fuzz
 
-#endif  // SDM_P1_FUZZ_CASE_H
+#endif   // SDM_P1_FUZZ_CASE_H

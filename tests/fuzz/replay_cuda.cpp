@@ -113,7 +113,8 @@ public:
             }
             if (sc != SDM_P1_SUCCESS) continue;
             const Outputs a = host_outputs(cpu.views, caller_mode(cpu) ? cpu.buffers : nullptr);
-            const Outputs b = gpu.cuda ? device_outputs(gpu) : host_outputs(gpu.views, caller_mode(gpu) ? gpu.buffers : nullptr);
+            const Outputs b =
+                gpu.cuda ? device_outputs(gpu) : host_outputs(gpu.views, caller_mode(gpu) ? gpu.buffers : nullptr);
             for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
                 if (a[f] != b[f]) {
                     return disagree(where + ": output '" + cpu.views[f].name + "' differs", sc, sg, "");
@@ -130,9 +131,8 @@ private:
     static bool caller_mode(const Side& s) { return s.resolved.output_mode == SDM_P1_OUTPUTS_CALLER; }
 
     int disagree(const std::string& what, sdm_p1_status cpu, sdm_p1_status gpu, const std::string& message) {
-        std::printf("DISAGREE %s: %s: CPU %s, CUDA %s%s%s\n", name_.c_str(), what.c_str(),
-                    sdm_p1_status_string(cpu), sdm_p1_status_string(gpu), message.empty() ? "" : "; ",
-                    message.c_str());
+        std::printf("DISAGREE %s: %s: CPU %s, CUDA %s%s%s\n", name_.c_str(), what.c_str(), sdm_p1_status_string(cpu),
+                    sdm_p1_status_string(gpu), message.empty() ? "" : "; ", message.c_str());
         return 1;
     }
 
@@ -142,13 +142,13 @@ private:
         const bool valid_backend = d.backend >= SDM_P1_BACKEND_AUTO && d.backend <= SDM_P1_BACKEND_CUDA;
         if (valid_backend) d.backend = s.cuda ? SDM_P1_BACKEND_CUDA : SDM_P1_BACKEND_CPU;
         if (d.device >= SDM_P1_UNSET) d.device = SDM_P1_UNSET;   // the CPU ignores a device the GPU may lack
-        if (c_.allocator != AllocatorKind::Default) {   // Misaligned: served aligned here, as Capped
+        if (c_.allocator != AllocatorKind::Default) {            // Misaligned: served aligned here, as Capped
             d.allocator.alloc = s.cuda ? device_alloc : host_alloc;
             d.allocator.free = c_.allocator == AllocatorKind::HalfSet ? nullptr : s.cuda ? device_free : host_free;
         }
         DescBuffer buf = sized_desc(d, c_.desc_form);
-        s.created = checked(Call::Create, "sdm_p1_plan_create", s.cuda,
-                            [&] { return sdm_p1_plan_create(&s.plan, &buf.desc); });
+        s.created =
+            checked(Call::Create, "sdm_p1_plan_create", s.cuda, [&] { return sdm_p1_plan_create(&s.plan, &buf.desc); });
         if (s.created != SDM_P1_SUCCESS) return;
         s.resolved = buf.desc;
         checked(Call::Query, "sdm_p1_plan_desc", s.cuda, [&] { return sdm_p1_plan_desc(s.plan, &s.resolved); });
@@ -188,7 +188,8 @@ private:
                                    [&] { return sdm_p1_execute(s.plan, &in.in, outputs, count, nullptr); });
         if (st != SDM_P1_SUCCESS || !s.cuda) return st;
         if (cudaDeviceSynchronize() != cudaSuccess) broken("cudaDeviceSynchronize failed after an execute");
-        return checked(Call::ExecuteStatus, "sdm_p1_execute_status", true, [&] { return sdm_p1_execute_status(s.plan); });
+        return checked(Call::ExecuteStatus, "sdm_p1_execute_status", true,
+                       [&] { return sdm_p1_execute_status(s.plan); });
     }
 
     Outputs device_outputs(const Side& s) const {
@@ -226,7 +227,7 @@ std::vector<std::string> input_files(int count, char** paths) {
     return files;
 }
 
-}  // namespace
+}   // namespace
 
 int main(int argc, char** argv) {
     const bool against_cuda = argc < 2 || std::string(argv[1]) != "--cpu";
@@ -247,7 +248,9 @@ int main(int argc, char** argv) {
         skipped += r < 0 ? 1 : 0;
         executes += replay.compared();
     }
-    std::printf("replay_cuda: %zu inputs, %d executes compared byte for byte, %d skipped (out of memory), "
-                "%d disagreements\n", files.size(), executes, skipped, disagreements);
+    std::printf(
+        "replay_cuda: %zu inputs, %d executes compared byte for byte, %d skipped (out of memory), "
+        "%d disagreements\n",
+        files.size(), executes, skipped, disagreements);
     return disagreements == 0 && !files.empty() ? 0 : 1;
 }
