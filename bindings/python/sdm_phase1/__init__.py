@@ -12,7 +12,9 @@ call raises a subclass of :class:`Phase1Error` per status code, each also a buil
 (``to_chunks``, ``chunk_tokens``, ``from_chunks``) maps batch-major [B, T, H, W] or packed (``cu_seqlens``)
 batches to and from the time-major chunks.
 ``sdm_phase1.torch_ops`` registers the PyTorch operator ``torch.ops.sdm_phase1.phase1_forward``
-(for ``torch.compile``); only that module imports torch.
+(for ``torch.compile``); only that module imports torch. ``sdm_phase1.jax_ffi`` runs the forward
+and the backward as XLA custom calls under ``jax.jit``, differentiable by ``jax.grad``
+(``phase1_forward`` sends JAX tracers there); it imports jax.
 
 ``phase1_backward(...)`` and :meth:`Plan.execute_backward` give the gradients of k_val, q_val,
 g and beta for upstream gradients of the outputs (NumPy arrays, the CPU backend;

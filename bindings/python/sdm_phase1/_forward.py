@@ -4,6 +4,7 @@ kept between calls, so that its worker threads or workspace are too)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import numpy as np
@@ -42,6 +43,13 @@ def framework_of(x) -> Optional[str]:
     return "jax" if root in ("jax", "jaxlib") else "other"
 
 
+def _traced_by_jax(*arrays) -> bool:
+    """Whether any input is a JAX tracer (inside jit, grad or vmap), which only the custom calls
+    of sdm_phase1.jax_ffi can take. (Never imports jax: a tracer exists only where it is.)"""
+    jax = sys.modules.get("jax")
+    return jax is not None and any(isinstance(x, jax.core.Tracer) for x in arrays)
+
+
 def phase1_forward(
     k_idx,
     q_idx,
@@ -71,16 +79,18 @@ def phase1_forward(
     ``cupy.cuda.get_current_stream()``; JAX: the device's stream for external work, which
     JAX orders before and after its own), without a host synchronization and without copying
     the inputs. Results come back in the inputs' framework, in buffers that framework
-    allocated. PyTorch CPU tensors run on the CPU backend and come back as CPU tensors.
+    allocated. PyTorch CPU tensors run on the CPU backend and come back as CPU tensors. JAX
+    tracers (inside ``jax.jit``, ``jax.grad``, ``jax.vmap``) go to
+    :func:`sdm_phase1.jax_ffi.phase1_forward`: XLA custom calls, differentiable by JAX.
 
     Plans are cached per shapes, dtypes, options, device and stream, so a repeated call creates
     nothing (the CPU backend's worker threads and a GPU plan's workspace are kept with them);
     a call's outputs are views of one allocation (NumPy, PyTorch, CuPy), so one output kept
     keeps that whole allocation (``.copy()`` / ``.clone()`` one to keep it alone).
 
-    Forward only: with PyTorch, an input that requires grad while autograd records raises
-    RuntimeError; call under ``torch.no_grad()`` (or ``torch.inference_mode()``), or pass
-    detached inputs.
+    Forward only outside JAX's tracing: with PyTorch, an input that requires grad while
+    autograd records raises RuntimeError; call under ``torch.no_grad()`` (or
+    ``torch.inference_mode()``), or pass detached inputs.
 
     Options are checked as written here: int options take ints (Python or NumPy, not bools),
     bool options bools (TypeError otherwise), each in its range (ValueError otherwise).
@@ -146,6 +156,14 @@ def phase1_forward(
             OutOfMemoryError a MemoryError, BackendUnavailableError, CudaError and
             InternalError RuntimeErrors.
     """
+    if _traced_by_jax(k_idx, q_idx, k_val, q_val, g, beta, stream_lengths):
+        from .jax_ffi import phase1_forward as traced_forward
+
+        return traced_forward(
+            k_idx, q_idx, k_val, q_val, g, repeats, num_parallel=num_parallel,
+            stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,
+            need_read_groups=need_read_groups, beta=beta, rec_tile=rec_tile, det_fields=det_fields,
+            backend=backend, num_threads=num_threads, check=check, stream_lengths=stream_lengths)
     framework = framework_of(k_idx)
     if framework is not None:
         if backend is not None:  # (k_idx.device is an object made per call: only when needed)
