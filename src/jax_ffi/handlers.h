@@ -30,4 +30,4 @@ SDMP1_JAX_EXPORT XLA_FFI_Error* sdmp1_jax_backward_cuda(XLA_FFI_CallFrame* call_
 // later call of its shapes, options, device and stream): for tests of the cache.
 SDMP1_JAX_EXPORT int64_t sdmp1_jax_plans_created(void);
 
-#endif  // SDMP1_JAX_HANDLERS_H
+#endif   // SDMP1_JAX_HANDLERS_H

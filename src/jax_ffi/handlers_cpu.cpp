@@ -22,7 +22,7 @@ ffi::Error backward_cpu(ffi::AnyBuffer k_idx, ffi::AnyBuffer q_idx, ffi::AnyBuff
     return sdmp1_jax::backward(kCpu, attrs, k_idx, q_idx, k_val, q_val, g, payload, rest, dk_val, dq_val, dg, dbeta);
 }
 
-}  // namespace
+}   // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(sdmp1_jax_forward_cpu, forward_cpu, sdmp1_jax::bind_forward(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(sdmp1_jax_backward_cpu, backward_cpu, sdmp1_jax::bind_backward(ffi::Ffi::Bind()));

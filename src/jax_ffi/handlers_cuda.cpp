@@ -39,7 +39,7 @@ ffi::Error backward_cuda(cudaStream_t stream, int32_t ordinal, ffi::AnyBuffer k_
                                dk_val, dq_val, dg, dbeta);
 }
 
-}  // namespace
+}   // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     sdmp1_jax_forward_cuda, forward_cuda,

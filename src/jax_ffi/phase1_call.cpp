@@ -12,17 +12,17 @@ namespace {
 
 ffi::ErrorCode code_of(sdm_p1_status status) {
     switch (status) {
-    case SDM_P1_ERROR_INVALID_ARGUMENT:
-    case SDM_P1_ERROR_INVALID_INPUT:
-        return ffi::ErrorCode::kInvalidArgument;
-    case SDM_P1_ERROR_UNSUPPORTED:
-        return ffi::ErrorCode::kUnimplemented;
-    case SDM_P1_ERROR_OUT_OF_MEMORY:
-        return ffi::ErrorCode::kResourceExhausted;
-    case SDM_P1_ERROR_BACKEND_UNAVAILABLE:
-        return ffi::ErrorCode::kUnavailable;
-    default:
-        return ffi::ErrorCode::kInternal;
+        case SDM_P1_ERROR_INVALID_ARGUMENT:
+        case SDM_P1_ERROR_INVALID_INPUT:
+            return ffi::ErrorCode::kInvalidArgument;
+        case SDM_P1_ERROR_UNSUPPORTED:
+            return ffi::ErrorCode::kUnimplemented;
+        case SDM_P1_ERROR_OUT_OF_MEMORY:
+            return ffi::ErrorCode::kResourceExhausted;
+        case SDM_P1_ERROR_BACKEND_UNAVAILABLE:
+            return ffi::ErrorCode::kUnavailable;
+        default:
+            return ffi::ErrorCode::kInternal;
     }
 }
 
@@ -71,18 +71,18 @@ bool has_dims(const ffi::AnyBuffer& b, const Dims& want) {
 
 ffi::DataType ffi_dtype(int32_t dtype) {
     switch (dtype) {
-    case SDM_P1_DTYPE_INT8:
-        return ffi::DataType::S8;
-    case SDM_P1_DTYPE_INT32:
-        return ffi::DataType::S32;
-    case SDM_P1_DTYPE_INT64:
-        return ffi::DataType::S64;
-    case SDM_P1_DTYPE_FLOAT32:
-        return ffi::DataType::F32;
-    case SDM_P1_DTYPE_BFLOAT16:
-        return ffi::DataType::BF16;
-    default:
-        return ffi::DataType::INVALID;
+        case SDM_P1_DTYPE_INT8:
+            return ffi::DataType::S8;
+        case SDM_P1_DTYPE_INT32:
+            return ffi::DataType::S32;
+        case SDM_P1_DTYPE_INT64:
+            return ffi::DataType::S64;
+        case SDM_P1_DTYPE_FLOAT32:
+            return ffi::DataType::F32;
+        case SDM_P1_DTYPE_BFLOAT16:
+            return ffi::DataType::BF16;
+        default:
+            return ffi::DataType::INVALID;
     }
 }
 
@@ -168,44 +168,44 @@ void set_inputs(const ffi::AnyBuffer& k_idx, const ffi::AnyBuffer& q_idx, const 
 bool upstream_layout(int f, const sdm_p1_desc& d, ffi::DataType* dtype, Dims* dims) {
     const ffi::DataType value = ffi_dtype(d.value_dtype);
     switch (f) {
-    case SDM_P1_FIELD_A:
-    case SDM_P1_FIELD_QK:
-        *dtype = ffi::DataType::F32;
-        *dims = {3, {d.N, d.C, d.C}};
-        return true;
-    case SDM_P1_FIELD_LOG_K:
-    case SDM_P1_FIELD_REX:
-        *dtype = ffi::DataType::F32;
-        *dims = {3, {d.N, d.C, d.W}};
-        return true;
-    case SDM_P1_FIELD_LOG_Q:
-        *dtype = ffi::DataType::F32;
-        *dims = {3, {d.N, d.C, d.R}};
-        return true;
-    case SDM_P1_FIELD_CPE:
-    case SDM_P1_FIELD_K_EFF:
-        *dtype = value;
-        *dims = {3, {d.N, d.C, d.W}};
-        return true;
-    case SDM_P1_FIELD_Q_W:
-        *dtype = value;
-        *dims = {3, {d.N, d.C, d.R}};
-        return true;
-    case SDM_P1_FIELD_KREC:
-        *dtype = ffi::DataType::F32;
-        *dims = {3, {d.N, d.C * d.W, 2}};
-        return true;
-    case SDM_P1_FIELD_KSPA:
-        *dtype = ffi::DataType::F32;
-        *dims = {2, {d.N, d.C * d.W, 0}};
-        return true;
-    case SDM_P1_FIELD_QREC:
-    case SDM_P1_FIELD_QREC8:
-        *dtype = ffi::DataType::F32;
-        *dims = {2, {d.N, d.C * d.R, 0}};
-        return true;
-    default:
-        return false;
+        case SDM_P1_FIELD_A:
+        case SDM_P1_FIELD_QK:
+            *dtype = ffi::DataType::F32;
+            *dims = {3, {d.N, d.C, d.C}};
+            return true;
+        case SDM_P1_FIELD_LOG_K:
+        case SDM_P1_FIELD_REX:
+            *dtype = ffi::DataType::F32;
+            *dims = {3, {d.N, d.C, d.W}};
+            return true;
+        case SDM_P1_FIELD_LOG_Q:
+            *dtype = ffi::DataType::F32;
+            *dims = {3, {d.N, d.C, d.R}};
+            return true;
+        case SDM_P1_FIELD_CPE:
+        case SDM_P1_FIELD_K_EFF:
+            *dtype = value;
+            *dims = {3, {d.N, d.C, d.W}};
+            return true;
+        case SDM_P1_FIELD_Q_W:
+            *dtype = value;
+            *dims = {3, {d.N, d.C, d.R}};
+            return true;
+        case SDM_P1_FIELD_KREC:
+            *dtype = ffi::DataType::F32;
+            *dims = {3, {d.N, d.C * d.W, 2}};
+            return true;
+        case SDM_P1_FIELD_KSPA:
+            *dtype = ffi::DataType::F32;
+            *dims = {2, {d.N, d.C * d.W, 0}};
+            return true;
+        case SDM_P1_FIELD_QREC:
+        case SDM_P1_FIELD_QREC8:
+            *dtype = ffi::DataType::F32;
+            *dims = {2, {d.N, d.C * d.R, 0}};
+            return true;
+        default:
+            return false;
     }
 }
 
@@ -225,7 +225,7 @@ ffi::Error base_desc(const Device& device, int64_t num_parallel, int64_t stream_
     return ffi::Error::Success();
 }
 
-}  // namespace
+}   // namespace
 
 ffi::Error forward(const Device& device, const ForwardAttrs& attrs, ffi::AnyBuffer k_idx, ffi::AnyBuffer q_idx,
                    ffi::AnyBuffer k_val, ffi::AnyBuffer q_val, ffi::AnyBuffer g, ffi::RemainingArgs optional,
@@ -346,4 +346,4 @@ ffi::Error backward(const Device& device, const BackwardAttrs& attrs, ffi::AnyBu
     return ffi::Error::Success();
 }
 
-}  // namespace sdmp1_jax
+}   // namespace sdmp1_jax

@@ -25,9 +25,9 @@ struct ForwardAttrs {
     bool need_read_groups;
     int64_t det_fields;
     int64_t rec_tile;
-    int64_t num_threads;  // CPU threads; 0: the hardware's count. Ignored on CUDA.
-    bool has_beta;        // beta follows g
-    bool has_lengths;     // stream_lengths follows g (and beta)
+    int64_t num_threads;   // CPU threads; 0: the hardware's count. Ignored on CUDA.
+    bool has_beta;         // beta follows g
+    bool has_lengths;      // stream_lengths follows g (and beta)
     // CUDA: wait for the stream after the execute and raise bad input data as the call's error
     // (sdm_p1_execute_status). The CPU backend reports them at once without it.
     bool check;
@@ -49,9 +49,9 @@ struct BackwardAttrs {
 
 // Where a call runs.
 struct Device {
-    int32_t backend;  // SDM_P1_BACKEND_CPU or SDM_P1_BACKEND_CUDA
-    int32_t ordinal;  // XLA's device ordinal on CUDA; SDM_P1_UNSET on the CPU
-    void* stream;     // XLA's stream of the call on CUDA; nullptr on the CPU
+    int32_t backend;   // SDM_P1_BACKEND_CPU or SDM_P1_BACKEND_CUDA
+    int32_t ordinal;   // XLA's device ordinal on CUDA; SDM_P1_UNSET on the CPU
+    void* stream;      // XLA's stream of the call on CUDA; nullptr on the CPU
     // Waits until the work queued on `stream` is done (the forward's check); nullptr on the CPU.
     ffi::Error (*synchronize)(void* stream);
 };
@@ -75,34 +75,34 @@ ffi::Error backward(const Device& device, const BackwardAttrs& attrs, ffi::AnyBu
 template <typename Binding>
 auto bind_forward(Binding&& binding) {
     return std::move(binding)
-        .template Arg<ffi::AnyBuffer>()  // k_idx
-        .template Arg<ffi::AnyBuffer>()  // q_idx
-        .template Arg<ffi::AnyBuffer>()  // k_val
-        .template Arg<ffi::AnyBuffer>()  // q_val
-        .template Arg<ffi::AnyBuffer>()  // g
-        .RemainingArgs()                 // beta, stream_lengths
-        .RemainingRets()                 // the outputs
+        .template Arg<ffi::AnyBuffer>()   // k_idx
+        .template Arg<ffi::AnyBuffer>()   // q_idx
+        .template Arg<ffi::AnyBuffer>()   // k_val
+        .template Arg<ffi::AnyBuffer>()   // q_val
+        .template Arg<ffi::AnyBuffer>()   // g
+        .RemainingArgs()                  // beta, stream_lengths
+        .RemainingRets()                  // the outputs
         .template Attrs<ForwardAttrs>();
 }
 
 template <typename Binding>
 auto bind_backward(Binding&& binding) {
     return std::move(binding)
-        .template Arg<ffi::AnyBuffer>()  // k_idx
-        .template Arg<ffi::AnyBuffer>()  // q_idx
-        .template Arg<ffi::AnyBuffer>()  // k_val
-        .template Arg<ffi::AnyBuffer>()  // q_val
-        .template Arg<ffi::AnyBuffer>()  // g
-        .template Arg<ffi::AnyBuffer>()  // payload
-        .RemainingArgs()                 // beta, stream_lengths, upstream gradients
-        .template Ret<ffi::AnyBuffer>()  // dL/dk_val
-        .template Ret<ffi::AnyBuffer>()  // dL/dq_val
-        .template Ret<ffi::AnyBuffer>()  // dL/dg
-        .RemainingRets()                 // dL/dbeta
+        .template Arg<ffi::AnyBuffer>()   // k_idx
+        .template Arg<ffi::AnyBuffer>()   // q_idx
+        .template Arg<ffi::AnyBuffer>()   // k_val
+        .template Arg<ffi::AnyBuffer>()   // q_val
+        .template Arg<ffi::AnyBuffer>()   // g
+        .template Arg<ffi::AnyBuffer>()   // payload
+        .RemainingArgs()                  // beta, stream_lengths, upstream gradients
+        .template Ret<ffi::AnyBuffer>()   // dL/dk_val
+        .template Ret<ffi::AnyBuffer>()   // dL/dq_val
+        .template Ret<ffi::AnyBuffer>()   // dL/dg
+        .RemainingRets()                  // dL/dbeta
         .template Attrs<BackwardAttrs>();
 }
 
-}  // namespace sdmp1_jax
+}   // namespace sdmp1_jax
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(sdmp1_jax::ForwardAttrs, StructMember<int64_t>("num_parallel"),
                                       StructMember<int64_t>("stream_offset"), StructMember<int64_t>("num_keys"),
@@ -117,4 +117,4 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(sdmp1_jax::BackwardAttrs, StructMember<int
                                       StructMember<bool>("has_beta"), StructMember<bool>("has_lengths"),
                                       StructMember<int64_t>("grad_fields"));
 
-#endif  // SDMP1_JAX_PHASE1_CALL_H
+#endif   // SDMP1_JAX_PHASE1_CALL_H

@@ -14,9 +14,26 @@ namespace {
 using Key = std::array<int64_t, 21>;
 
 Key key_of(const sdm_p1_desc& d, void* stream) {
-    return {d.N, d.C, d.W, d.R, d.num_parallel, d.stream_offset, d.num_keys, d.valid_last, d.index_dtype,
-            d.value_dtype, d.gate_width, d.need_read_groups, d.det_fields, d.rec_tile, d.backend, d.device,
-            d.num_threads, d.output_mode, d.backward, d.grad_dtype,
+    return {d.N,
+            d.C,
+            d.W,
+            d.R,
+            d.num_parallel,
+            d.stream_offset,
+            d.num_keys,
+            d.valid_last,
+            d.index_dtype,
+            d.value_dtype,
+            d.gate_width,
+            d.need_read_groups,
+            d.det_fields,
+            d.rec_tile,
+            d.backend,
+            d.device,
+            d.num_threads,
+            d.output_mode,
+            d.backward,
+            d.grad_dtype,
             static_cast<int64_t>(reinterpret_cast<intptr_t>(stream))};
 }
 
@@ -33,7 +50,7 @@ Cache& cache() {
     return *c;
 }
 
-}  // namespace
+}   // namespace
 
 CachedPlan* get_plan(const sdm_p1_desc& desc, void* stream, sdm_p1_status* status) {
     Cache& c = cache();
@@ -50,7 +67,7 @@ CachedPlan* get_plan(const sdm_p1_desc& desc, void* stream, sdm_p1_status* statu
     if (*status != SDM_P1_SUCCESS) return nullptr;
     *status = sdm_p1_outputs(entry->plan, entry->views, SDM_P1_FIELD_COUNT);
     if (*status != SDM_P1_SUCCESS) {
-        sdm_p1_plan_destroy(entry->plan);  // the message of the failed call stays the last error
+        sdm_p1_plan_destroy(entry->plan);   // the message of the failed call stays the last error
         return nullptr;
     }
     c.created += 1;
@@ -65,6 +82,6 @@ int64_t plans_created() {
     return c.created;
 }
 
-}  // namespace sdmp1_jax
+}   // namespace sdmp1_jax
 
 int64_t sdmp1_jax_plans_created(void) { return sdmp1_jax::plans_created(); }

@@ -39,6 +39,6 @@ CachedPlan* get_plan(const sdm_p1_desc& desc, void* stream, sdm_p1_status* statu
 // The number of plans get_plan has created.
 int64_t plans_created();
 
-}  // namespace sdmp1_jax
+}   // namespace sdmp1_jax
 
-#endif  // SDMP1_JAX_PLAN_CACHE_H
+#endif   // SDMP1_JAX_PLAN_CACHE_H
