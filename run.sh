@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # libsdmp1's one entry point for a fresh machine:
 #   ./run.sh main    install what is missing, build, run the examples on the CPU backend (C,
-#                    NumPy, sequences of different lengths, the SDM layer, Rust)
+#                    NumPy, sequences of different lengths, the SDM layer, training a tiny model
+#                    with it in PyTorch, Rust)
 #   ./run.sh test    install what is missing, build, run every test (C/C++ and the documentation
 #                    checks, Python against the installed wheel, Rust), lint, and the examples
 #   ./run.sh build   install what is missing and build only
@@ -98,6 +99,22 @@ install_python_test_packages() {
     fi
 }
 
+# PyTorch, for the training example (examples/train_sdm_layer.py) and the PyTorch tests, into
+# the environment of the Python $1 where it cannot import torch (a torch already there, e.g. a
+# CUDA build, is kept): the CPU wheel (about 200 MB, where the CUDA wheels take GBs). Where
+# PyTorch's index cannot be reached, PyPI's torch (with its CUDA libraries) instead.
+install_torch() {
+    "$1" -c 'import torch' 2>/dev/null && return 0
+    step "installing PyTorch (the CPU wheel) for $1"
+    local t0=$SECONDS
+    if ! "$1" -m pip install --quiet --disable-pip-version-check torch \
+        --index-url https://download.pytorch.org/whl/cpu; then
+        echo "run.sh: download.pytorch.org/whl/cpu failed; installing torch from PyPI instead" >&2
+        "$1" -m pip install --quiet --disable-pip-version-check torch
+    fi
+    echo "torch: installed in $((SECONDS - t0)) s"
+}
+
 meson_cmd() { "$python" -m mesonbuild.mesonmain "$@"; }
 
 build() {
@@ -119,6 +136,7 @@ build() {
 
 main_job() {
     build
+    install_torch "$python"
     run_examples
 }
 
@@ -132,6 +150,8 @@ run_examples() {
     python_example phase1_varlen.py
     step "example: examples/sdm_layer.py, an SDM layer (Phase 1, then the chunked recurrence)"
     python_example sdm_layer.py
+    step "example: examples/train_sdm_layer.py, training a tiny model with an SDM layer (PyTorch autograd)"
+    python_example train_sdm_layer.py
     step "example: examples/phase1_rust.rs through the Rust crate sdm-phase1"
     rust_cargo run --offline --quiet --example phase1_rust
 }
@@ -241,6 +261,7 @@ suite_summary() {
 install_all_test_tools() {
     install_test_tools
     install_python_test_packages
+    install_torch "$python"
 }
 
 test_job() {
@@ -326,6 +347,7 @@ wheel_tests() {
     "$python" -m venv "$wheel/venv"
     "$wheel/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$file" pytest \
         pycparser ml_dtypes
+    install_torch "$wheel/venv/bin/python"   # the PyTorch tests (autograd, the layer) run too
     echo "wheel: built and installed in $((SECONDS - t0)) s"
     step "Python tests (pytest) against the installed wheel"
     # From inside the environment's folder, so that nothing of the checkout is on the path.

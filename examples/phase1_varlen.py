@@ -5,7 +5,7 @@ Four sequences of 61, 9, 32 and 1 tokens, held batch-major and padded to T = 61 
 with H = 2 heads), become one stream per (sequence, head) through sdm_phase1.to_chunks: 8
 streams of 4 chunks of 16 tokens with per-stream lengths, so every chunk past a sequence's end
 is wholly padding. One Phase-1 call computes every chunk; the chunked recurrence of
-examples/sdm_recurrence.py (the WY form, from the per-entry fields and from the records) then
+sdm_phase1.recurrence (the WY form, from the per-entry fields and from the records) then
 runs on it. Each (sequence, head) alone, its tokens only, goes through the token-by-token
 delta rule; the two must agree up to the rounding of Phase 1's float32 outputs.
 Run from the source tree after building:
@@ -14,7 +14,7 @@ PYTHONPATH=bindings/python python3 examples/phase1_varlen.py
 
 import numpy as np
 import sdm_phase1 as p1
-import sdm_recurrence as rec
+from sdm_phase1 import recurrence as rec
 
 LENGTHS = np.array([61, 9, 32, 1], np.int32)
 B, T, H, W, R, C, D, KEYS = len(LENGTHS), int(LENGTHS.max()), 2, 4, 3, 16, 8, 64

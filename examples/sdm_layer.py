@@ -1,7 +1,8 @@
-"""A whole Sparse Delta Memory layer forward on a small batch: Phase 1 from libsdmp1, then the
-chunked recurrence of docs/design.md (examples/sdm_recurrence.py), checked against the
-token-by-token delta rule; in NumPy on the CPU backend, and in PyTorch on a GPU where torch,
-a CUDA device and a libsdmp1 with the CUDA backend are present.
+"""A whole Sparse Delta Memory layer forward on a small batch: sdm_phase1.sdm_layer (Phase 1 from
+libsdmp1, then the chunked recurrence of docs/design.md, sdm_phase1.recurrence), checked
+against the token-by-token delta rule; in NumPy on the CPU backend, and in PyTorch on a GPU
+(sdm_phase1.torch_recurrence) where torch, a CUDA device and a libsdmp1 with the CUDA backend
+are present.
 
 The layer, for hidden states x [B, T, d_model] (each sequence one stream of the memory):
     each token writes the W slots of its largest routing scores x W_k (distinct slots), with
@@ -9,7 +10,7 @@ The layer, for hidden states x [B, T, d_model] (each sequence one stream of the 
     largest scores x W_q, weighted by their softmax;
     log-gate g = logsigmoid(x w_g + 4) (per token, near 0: the memory keeps most of a slot),
     beta = sigmoid(x w_b), value v = x W_v;
-    o = the delta rule's reads (sdm_recurrence.py says what it computes), y = x + o W_o.
+    o = the delta rule's reads (sdm_phase1.recurrence says what it computes), y = x + o W_o.
 Prints the relative error of o, of the final memory and of y against the token-by-token
 recurrence, and fails where it exceeds 1e-5.
 
@@ -22,7 +23,7 @@ import sys
 
 import numpy as np
 import sdm_phase1 as p1
-import sdm_recurrence as rec  # this file's folder, examples/, is on the path when run
+from sdm_phase1 import recurrence as rec
 
 B, T, D_MODEL = 2, 100, 16    # two sequences of 100 tokens
 C, W, R, D = 32, 4, 4, 8       # chunks of 32 tokens; 4 writes, 4 reads, values of 8
@@ -96,38 +97,16 @@ def report(label, o, M, y, want):
     return max(errors.values()) <= TOLERANCE
 
 
-def chunked_torch(out, chunks, v, M0, lengths):
-    """The chunked recurrence (fields form, as sdm_recurrence.chunk_step_fields) on torch
-    tensors of one device, in float64."""
-    import torch
-
-    M = M0.clone()
-    o = torch.zeros_like(v)
-    for c, n in enumerate(lengths.tolist()):
-        if n == 0:
-            continue
-        s = c % B
-        S0 = M[s]
-        slots = chunks["k_idx"][c, :n].long() - s * KEYS
-        qslots = chunks["q_idx"][c, :n].long() - s * KEYS
-        a, qk = out.a[c, :n, :n].double(), out.qk[c, :n, :n].double()
-        b = chunks["beta"][c, :n].double()
-        pred0 = torch.einsum("tw,twd->td", out.k_eff[c, :n].double(), S0[slots])
-        eye = torch.eye(n, dtype=torch.float64, device=a.device)
-        u = torch.linalg.solve(eye + b[:, None] * a, b[:, None] * (v[c, :n] - pred0))
-        o[c, :n] = torch.einsum("tr,trd->td", out.q_w[c, :n].double(), S0[qslots]) + qk @ u
-        S = S0.clone()
-        written = slots.reshape(-1)
-        S[written] = out.cpe[c, :n].double().reshape(-1, 1) * S0[written]
-        kexp = chunks["k_val"][c, :n].double() * torch.exp(out.rex[c, :n].double())
-        S.index_add_(0, written, (kexp[:, :, None] * u[:, None, :]).reshape(-1, D))
-        M[s] = S
-    return o, M
+def layer(chunks, v, M0, valid_last):
+    """sdm_phase1.sdm_layer on the chunks (NumPy arrays or torch tensors): (o, final memory)."""
+    return p1.sdm_layer(chunks["k_idx"], chunks["q_idx"], chunks["k_val"], chunks["q_val"],
+                        chunks["g"], chunks["beta"], v, M0, num_parallel=B, stream_offset=KEYS,
+                        num_keys=KEYS, valid_last=valid_last)
 
 
-def run_torch(chunks, v, M0, lengths, valid_last, w, x, out_cpu, want):
-    """Phase 1 on CUDA tensors, bit for bit the CPU backend's, then the recurrence on the GPU;
-    None where there is no GPU to run on."""
+def run_torch(chunks, v, M0, valid_last, w, x, out_cpu, want):
+    """Phase 1 on CUDA tensors, bit for bit the CPU backend's, then the layer (the PyTorch
+    recurrence) on the GPU; None where there is no GPU to run on."""
     try:
         import torch
     except ImportError:
@@ -145,10 +124,9 @@ def run_torch(chunks, v, M0, lengths, valid_last, w, x, out_cpu, want):
                   and not np.array_equal(getattr(out, f).cpu().numpy(), getattr(out_cpu, f))]
         print(f"PyTorch on {torch.cuda.get_device_name(dev)}: Phase 1 outputs equal to the CPU "
               f"backend's bit for bit: {'yes' if not differ else 'no: ' + ', '.join(differ)}")
-        o, M = chunked_torch(out, tc, torch.from_numpy(v).to(dev), torch.from_numpy(M0).to(dev),
-                             torch.from_numpy(lengths))
+        o, M = layer(tc, torch.from_numpy(v).to(dev), torch.from_numpy(M0).to(dev), valid_last)
         o, M = o.cpu().numpy(), M.cpu().numpy()
-    y = x + from_chunks(o, len(lengths) // B) @ w["W_o"]
+    y = x + from_chunks(o, o.shape[0] // B) @ w["W_o"]
     return report("PyTorch, CUDA backend", o, M, y, want) and not differ
 
 
@@ -167,11 +145,9 @@ def main() -> int:
                                       chunks["g"], chunks["beta"], v, M0, **args)
     want = (o_ref, M_ref, x + from_chunks(o_ref, steps) @ w["W_o"])
 
-    out = phase1(chunks, valid_last)
-    o, M = rec.chunked(out, chunks["k_idx"], chunks["q_idx"], chunks["k_val"], chunks["beta"], v, M0,
-                       **args)
+    o, M = layer(chunks, v, M0, valid_last)
     ok = report("NumPy, CPU backend", o, M, x + from_chunks(o, steps) @ w["W_o"], want)
-    gpu_ok = run_torch(chunks, v, M0, lengths, valid_last, w, x, out, want)
+    gpu_ok = run_torch(chunks, v, M0, valid_last, w, x, phase1(chunks, valid_last), want)
     if not ok or gpu_ok is False:
         print(f"sdm_layer: an error above exceeds {TOLERANCE:g}")
         return 1

@@ -18,9 +18,13 @@ and the backward as XLA custom calls under ``jax.jit``, differentiable by ``jax.
 
 ``phase1_backward(...)`` and :meth:`Plan.execute_backward` give the gradients of k_val, q_val,
 g and beta for upstream gradients of the outputs (NumPy arrays, the CPU backend;
-docs/backward.md), bitwise the same on every run. PyTorch autograd is not wired to it yet:
-inputs that require grad under autograd are refused (call under ``torch.no_grad()`` or on
-detached inputs).
+docs/backward.md), bitwise the same on every run. With PyTorch, ``phase1_forward`` and the
+operator are differentiable in k_val, q_val, g and beta (autograd calls that backward).
+
+``sdm_layer(...)`` is one SDM layer's memory: Phase 1, then the chunked recurrence (Phase 2),
+returning ``(o, memory)``; differentiable with torch tensors
+(:mod:`sdm_phase1.torch_recurrence`), float64 NumPy otherwise (:mod:`sdm_phase1.recurrence`,
+which also holds the token-by-token reference). Both are references, not fast kernels.
 
 The library is loaded through cffi (ABI mode), with declarations made from its header
 (``sdm_phase1._c``), from, in order: the file named by ``SDMP1_LIBRARY``; this installation's
@@ -30,7 +34,7 @@ install); the source tree's ``build/libsdmp1.so``; the system's ``libsdmp1.so.1`
 backends, the CUDA architectures it was built for and the GPUs it sees.
 """
 
-from . import layout
+from . import layout, recurrence
 from ._bf16 import bf16_from_float32, bf16_to_float32
 from ._c import ffi as _ffi
 from ._c import lib as _lib
@@ -81,6 +85,7 @@ from ._phase1_backward import phase1_backward
 from ._plan import Plan
 from ._types import Phase1
 from .layout import chunk_tokens, from_chunks, to_chunks
+from .recurrence import sdm_layer
 
 #: The loaded library's version string, e.g. "1.3.0".
 __version__ = _ffi.string(_lib.sdm_p1_version_string()).decode()
@@ -99,7 +104,8 @@ __all__ = [
     "Phase1Error", "InvalidArgumentError", "UnsupportedError", "InvalidInputError", "OutOfMemoryError",
     "BackendUnavailableError", "CudaError", "InternalError",
     "synchronize", "plan_cache_info", "clear_plan_cache", "cuda_device_count", "cuda_architectures",
-    "binding_version", "layout", "to_chunks", "chunk_tokens", "from_chunks",
+    "binding_version", "layout", "to_chunks", "chunk_tokens", "from_chunks", "recurrence",
+    "sdm_layer",
     "bf16_from_float32", "bf16_to_float32", "pos_pack",
     "DET_POS", "DET_SPAY_RANK", "DET_FLAGS", "DET_SPAY_K", "DET_SPAY_Q", "DET_KREC", "DET_KSPA",
     "DET_QREC", "DET_TILES", "DET_DC_GIDX", "DET_QREC8", "DET_SHIPPED", "DET_RECORDS",

@@ -88,9 +88,10 @@ def phase1_forward(
     a call's outputs are views of one allocation (NumPy, PyTorch, CuPy), so one output kept
     keeps that whole allocation (``.copy()`` / ``.clone()`` one to keep it alone).
 
-    Forward only outside JAX's tracing: with PyTorch, an input that requires grad while
-    autograd records raises RuntimeError; call under ``torch.no_grad()`` (or
-    ``torch.inference_mode()``), or pass detached inputs.
+    Differentiable with PyTorch: where k_val, q_val, g or beta requires grad while autograd
+    records, the call goes through the operator of :mod:`sdm_phase1.torch_ops`, whose backward
+    is the library's (docs/python.md, "PyTorch autograd"); with JAX, under tracing (``jax.jit``,
+    ``jax.grad``), through :mod:`sdm_phase1.jax_ffi` (docs/python.md, "JAX under jit").
 
     Options are checked as written here: int options take ints (Python or NumPy, not bools),
     bool options bools (TypeError otherwise), each in its range (ValueError otherwise).
@@ -148,7 +149,6 @@ def phase1_forward(
             or contiguity (inputs are read in place, for every framework: a non-contiguous one
             is refused, never copied), the shapes disagree, or an option has another type or
             lies outside its range.
-        RuntimeError: (PyTorch) an input requires grad while autograd records.
         Phase1Error: the library refused the call; ``.status`` names why, and the subclass
             says it with a built-in base: InvalidArgumentError (options, kspa without beta,
             ...) and InvalidInputError (ids out of range, bad gates or lengths) are

@@ -8,15 +8,18 @@ current stream; the operator, whose returns may not share storage, takes one per
 plan's workspace comes from the same allocator. Nothing here
 synchronizes or reads device memory, so a call can be captured in a CUDA graph.
 
-Phase 1's forward only: an input that requires grad while autograd records is refused.
+A call whose inputs require grad while autograd records goes through the operator of
+``torch_ops`` instead, which has the autograd formula (so the path without grad keeps its host
+time). :func:`run_backward` is that formula's library call.
 
 Imported only when a torch tensor is passed (this module imports torch).
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
+import numpy as np
 import torch
 
 from . import _gpu
@@ -27,20 +30,13 @@ from ._fields import EMPTY_DTYPES, REPEATS
 from ._options import call_options, key_options
 from ._types import FIELDS, Phase1
 
-__all__ = ["run", "forward", "FORWARD_ONLY", "refuse_grad", "check_repeats", "TORCH_DTYPES",
+__all__ = ["run", "forward", "needs_grad", "run_backward", "check_repeats", "TORCH_DTYPES",
            "phase1_from_outputs", "call_key"]
 
 #: sdm_p1_dtype code -> torch dtype.
 TORCH_DTYPES = framework_dtypes(torch)
 _NAMES = {dtype: NAMES[code] for code, dtype in TORCH_DTYPES.items()}
 _CPU = lib.SDM_P1_BACKEND_CPU
-
-#: The error for inputs that require grad while autograd records ({name}: the input).
-FORWARD_ONLY = (
-    "sdm_phase1 computes Phase 1's forward only (it has no backward): {name} requires grad "
-    "while autograd is recording. Call it under torch.no_grad() or torch.inference_mode(), or "
-    "pass detached inputs ({name}.detach())"
-)
 
 try:  # the raw cudaStream_t of the current stream, without a Stream object (fast)
     _current_stream = torch._C._cuda_getCurrentRawStream
@@ -72,13 +68,12 @@ class _TorchWorkspace(_gpu.Workspace):
         torch.cuda.synchronize(self.device)
 
 
-def refuse_grad(k_val, q_val, g, beta) -> None:
-    """RuntimeError (FORWARD_ONLY) when autograd records and a value input requires grad (the
-    index inputs are integer tensors, which cannot)."""
-    if torch.is_grad_enabled():
-        for name, t in (("k_val", k_val), ("q_val", q_val), ("g", g), ("beta", beta)):
-            if getattr(t, "requires_grad", False):
-                raise RuntimeError(FORWARD_ONLY.format(name=name))
+def needs_grad(k_val, q_val, g, beta) -> bool:
+    """Whether autograd records and a value input requires grad (the index inputs are integer
+    tensors, which cannot)."""
+    return torch.is_grad_enabled() and (
+        getattr(k_val, "requires_grad", False) or getattr(q_val, "requires_grad", False)
+        or getattr(g, "requires_grad", False) or getattr(beta, "requires_grad", False))
 
 
 def _dtype_name(t: torch.Tensor) -> str:
@@ -279,7 +274,6 @@ def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_o
             and q_val.is_contiguous() and g.is_contiguous() and (beta is None or beta.is_contiguous())):
         tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
         _check_tensors(dict(tensors, **({} if beta is None else {"beta": beta})), k_idx.device)
-    refuse_grad(k_val, q_val, g, beta)
     data = plan.extra
     inputs = (k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
               0 if beta is None else beta.data_ptr())
@@ -330,9 +324,79 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
             valid_last, need_read_groups, beta, rec_tile, det_fields, check,
             stream_lengths=None) -> Phase1:
     """phase1_forward on torch tensors (see sdm_phase1.phase1_forward)."""
+    if needs_grad(k_val, q_val, g, beta):
+        from . import torch_ops  # the operator and its autograd formula
+
+        return torch_ops.phase1_forward(
+            k_idx, q_idx, k_val, q_val, g, repeats, num_parallel=num_parallel,
+            stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,
+            need_read_groups=need_read_groups, beta=beta, rec_tile=rec_tile,
+            det_fields=det_fields, check=check, stream_lengths=stream_lengths)
     data, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel,
                          stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
                          det_fields, check, stream_lengths)
     if repeats is not None:
         repeats.add_(outs[data.repeats])
     return _assemble(data.template, data.slots, outs)
+
+
+# ---- the backward ----------------------------------------------------------------------------
+#: Backward plans by (shapes, options, dtypes): a Plan keeps its worker threads, so a training
+#: loop creates none per step. Bounded: cleared whole when full (shapes rarely vary).
+_BACKWARD_PLANS: dict = {}
+_BACKWARD_PLANS_MAX = 16
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    """A contiguous CPU tensor as a NumPy array without a copy; bfloat16 as its uint16 bits
+    (what the NumPy path takes)."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def _tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A NumPy result as a tensor of ``dtype`` (uint16 bits read as bfloat16)."""
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
+                 grads: List[Optional[torch.Tensor]], num_parallel: int, stream_offset: int,
+                 num_keys: int, valid_last: int) -> List[torch.Tensor]:
+    """``sdm_p1_execute_backward`` through :meth:`sdm_phase1.Plan.execute_backward` (a cached
+    backward plan): [dk_val, dq_val, dg] and dbeta where beta is given, in the inputs' dtypes.
+    ``grads``: one upstream gradient or None per name of ``_backward.DIFFERENTIABLE``, in
+    that order. The library's backward runs on the CPU backend only (docs/backward.md), so
+    CUDA tensors are copied to the host and the gradients back: that synchronizes the
+    stream and cannot be captured in a CUDA graph."""
+    from ._backward import DIFFERENTIABLE
+    from ._plan import Plan
+
+    device = k_val.device
+    on_host = device.type == "cpu"
+    k, q, kv, qv, gates = (_host(t if on_host else t.cpu()) for t in (k_idx, q_idx, k_val, q_val, g))
+    b, pay, lengths = (None if t is None else _host(t if on_host else t.cpu())
+                       for t in (beta, payload, stream_lengths))
+    N, C, W = k.shape
+    key = (N, C, W, q.shape[2], num_parallel, stream_offset, num_keys, valid_last, k.dtype,
+           kv.dtype, gates.shape[2])
+    plan = _BACKWARD_PLANS.get(key)
+    if plan is None:
+        if len(_BACKWARD_PLANS) >= _BACKWARD_PLANS_MAX:
+            _BACKWARD_PLANS.clear()  # the plans close as they are freed
+        plan = _BACKWARD_PLANS[key] = Plan(
+            N=N, C=C, W=W, R=q.shape[2], num_parallel=num_parallel, stream_offset=stream_offset,
+            num_keys=num_keys, valid_last=valid_last, index_dtype=k.dtype, value_dtype=kv.dtype,
+            gate_width=gates.shape[2], det_fields=0, backward=True)
+    named = {name: _host(u if on_host else u.cpu()) for name, u in zip(DIFFERENTIABLE, grads)
+             if u is not None}
+    got = plan.execute_backward(k, q, kv, qv, gates, named, beta=b, stream_lengths=lengths,
+                                payload=pay)
+    # k_val, q_val and g always have a gradient; beta where it is given.
+    out = [_tensor(a, t.dtype) for a, t in ((got["k_val"], k_val), (got["q_val"], q_val),
+                                            (got["g"], g), (got["beta"], beta))
+           if a is not None and t is not None]
+    return out if on_host else [t.to(device) for t in out]

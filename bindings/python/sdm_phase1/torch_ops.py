@@ -1,21 +1,28 @@
-"""The PyTorch operator ``torch.ops.sdm_phase1.phase1_forward`` and its spec-signature wrapper.
+"""The PyTorch operators ``torch.ops.sdm_phase1.phase1_forward`` and ``phase1_backward``, the
+forward's autograd formula, and the spec-signature wrapper :func:`phase1_forward`.
 
-Importing this module imports torch and registers the operator (``torch.library.Library``:
-its schema, one implementation for CUDA and CPU tensors, and a fake implementation that gives
+Importing this module imports torch and registers the operators (``torch.library.Library``:
+their schemas, one implementation for CUDA and CPU tensors, and fake implementations that give
 every output's shape and dtype from the inputs' shapes and the options alone), so code calling
 :func:`phase1_forward` here traces under ``torch.compile(fullgraph=True)`` without a graph
 break, and under FakeTensorMode and ``torch.export``. ``import sdm_phase1`` alone never
-imports torch. The operator is registered at this low level rather than through
+imports torch. The operators are registered at this low level rather than through
 ``torch.library.custom_op``, whose per-call Python wrapping costs more host time than the S6
 kernel takes.
 
-Forward only: the operator has no autograd formula. Called while autograd records with an
-input that requires grad, it raises the error ``sdm_phase1._torch_impl.FORWARD_ONLY`` says
-(from its implementation, which PyTorch's autograd fallback runs with grad mode on), as
-:func:`phase1_forward` does before calling it.
+Autograd (``torch.library.register_autograd``): k_val, q_val, g and beta are differentiable.
+The backward calls ``phase1_backward``, the library's ``sdm_p1_execute_backward``
+(docs/backward.md) on the forward's inputs and its ``payload`` output (the sort, not done
+again), with the upstream gradients of the float outputs (a, qk, log_k, log_q, rex, cpe,
+k_eff, q_w, kspa). The integer outputs (payload, positions, flags, the records' words) get no
+gradient; the ids, the options and ``stream_lengths`` are not differentiable. The library's
+backward runs on the CPU backend only so far: for CUDA tensors ``phase1_backward`` copies its
+inputs to the host and the gradients back (it synchronizes; the forward stays on the GPU).
+The backward is not itself differentiable: a double backward raises
+(:data:`NOT_TWICE_DIFFERENTIABLE`).
 
-The operator takes the inputs and options and returns the computed outputs as a list (in
-field order, ``repeats``' count last); :func:`phase1_forward` turns that into the spec's
+The forward operator takes the inputs and options and returns the computed outputs as a list
+(in field order, ``repeats``' count last); :func:`phase1_forward` turns that into the spec's
 ``Phase1`` and adds the count into ``repeats`` in place, outside the operator, so the
 operator itself mutates nothing. CUDA tensors run on the current stream of their device
 (see :func:`sdm_phase1.phase1_forward`), CPU tensors on the CPU backend.
@@ -31,13 +38,16 @@ from typing import List, Optional
 import torch
 
 from . import _torch_impl
+from ._backward import DIFFERENTIABLE
+from ._c import lib
 from ._constants import DET_RECORDS, DET_SHIPPED
 from ._fields import REPEATS, VALUE, output_layout
 from ._options import call_options, plain_call_options, require_bool
 from ._torch_impl import TORCH_DTYPES
 from ._types import Phase1
 
-__all__ = ["phase1_forward", "phase1_op", "SCHEMA"]
+__all__ = ["phase1_forward", "phase1_op", "phase1_backward_op", "SCHEMA", "BACKWARD_SCHEMA",
+           "GRAD_NAMES", "NOT_TWICE_DIFFERENTIABLE"]
 
 #: The operator's schema.
 SCHEMA = ("phase1_forward(Tensor k_idx, Tensor q_idx, Tensor k_val, Tensor q_val, Tensor g, "
@@ -65,6 +75,7 @@ _LIBRARY.impl("phase1_forward", _implementation, "CPU")
 
 #: The operator (its default overload).
 phase1_op = torch.ops.sdm_phase1.phase1_forward.default
+_BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
 
 
 @torch.library.register_fake("sdm_phase1::phase1_forward")
@@ -76,6 +87,94 @@ def _phase1_fake(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offse
         k_idx.new_empty(shape, dtype=k_val.dtype if dt == VALUE else TORCH_DTYPES[dt])
         for _, shape, dt in output_layout(N, C, W, R, det_fields, need_read_groups, rec_tile)
     ]
+
+
+#: The backward operator's schema. ``grads``: one upstream gradient or None per name of
+#: :data:`GRAD_NAMES`, in that order (shapes and dtypes of docs/backward.md). Returns
+#: [dk_val, dq_val, dg], then dbeta where beta is given: k_val and q_val's in the value dtype.
+BACKWARD_SCHEMA = ("phase1_backward(Tensor k_idx, Tensor q_idx, Tensor k_val, Tensor q_val, "
+                   "Tensor g, Tensor? beta, Tensor? payload, Tensor? stream_lengths, "
+                   "Tensor?[] grads, int num_parallel, int stream_offset, int num_keys, "
+                   "int valid_last) -> Tensor[]")
+#: The outputs that take an upstream gradient, in the order of the backward's ``grads``.
+GRAD_NAMES = tuple(DIFFERENTIABLE)
+#: The error of a second differentiation (docs/backward.md: "Once differentiable").
+NOT_TWICE_DIFFERENTIABLE = ("sdm_phase1: the Phase-1 backward is not differentiable (no double "
+                            "backward, no forward mode): differentiate Phase 1 once")
+
+_LIBRARY.define(BACKWARD_SCHEMA)
+
+
+def _backward_implementation(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, grads,
+                             num_parallel, stream_offset, num_keys,
+                             valid_last) -> List[torch.Tensor]:
+    return _torch_impl.run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
+                                    grads, num_parallel, stream_offset, num_keys, valid_last)
+
+
+_LIBRARY.impl("phase1_backward", _backward_implementation, "CUDA")
+_LIBRARY.impl("phase1_backward", _backward_implementation, "CPU")
+
+#: The backward operator (its default overload).
+phase1_backward_op = torch.ops.sdm_phase1.phase1_backward.default
+
+
+@torch.library.register_fake("sdm_phase1::phase1_backward")
+def _phase1_backward_fake(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, grads,
+                          num_parallel, stream_offset, num_keys, valid_last):
+    inputs = (k_val, q_val, g) if beta is None else (k_val, q_val, g, beta)
+    return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in inputs]
+
+
+def _not_twice(ctx, grads):
+    raise RuntimeError(NOT_TWICE_DIFFERENTIABLE)
+
+
+# The backward's autograd kernel raises where its result would be differentiated again, so a
+# double backward fails loudly instead of returning zeros.
+torch.library.register_autograd("sdm_phase1::phase1_backward", _not_twice)
+
+# Output field id -> its place in GRAD_NAMES, for the float outputs. The records' gradients
+# (krec, qrec, qrec8) are those of float words inside int32 outputs, which autograd never
+# gives a gradient.
+_GRAD_PLACE = {DIFFERENTIABLE[name]: GRAD_NAMES.index(name)
+               for name in ("a", "qk", "log_k", "log_q", "rex", "cpe", "k_eff", "q_w", "kspa")}
+_PAYLOAD = lib.SDM_P1_FIELD_PAYLOAD
+
+
+def _setup_context(ctx, inputs, output):
+    (k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys, valid_last,
+     need_read_groups, _rec_tile, det_fields, _check, stream_lengths) = inputs
+    fields = _fields_of(det_fields, need_read_groups)
+    # The payload (the sort) is always computed; it spares the backward sorting again.
+    payload = output[fields.index(_PAYLOAD)] if _PAYLOAD in fields else None
+    ctx.save_for_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths)
+    ctx.fields = fields
+    ctx.options = (num_parallel, stream_offset, num_keys, valid_last)
+    # Outputs the loss does not use come as None, not zeros: the library reads NULL as zero.
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grads):
+    k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths = ctx.saved_tensors
+    ups: List[Optional[torch.Tensor]] = [None] * len(GRAD_NAMES)
+    for field, grad in zip(ctx.fields, grads):
+        place = _GRAD_PLACE.get(field)
+        if place is not None and grad is not None:
+            ups[place] = grad.contiguous()  # e.g. sum()'s gradient is an expanded (strided) one
+    need = ctx.needs_input_grad
+    if all(u is None for u in ups) or not any(need[2:6]):
+        return (None,) * len(need)
+    got = phase1_backward_op(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, ups,
+                             *ctx.options)
+    dk, dq, dg = got[0], got[1], got[2]
+    dbeta = got[3] if beta is not None else None
+    return ((None, None, dk if need[2] else None, dq if need[3] else None,
+             dg if need[4] else None, dbeta if need[5] else None) + (None,) * (len(need) - 6))
+
+
+torch.library.register_autograd("sdm_phase1::phase1_forward", _backward,
+                                setup_context=_setup_context)
 
 
 @torch.compiler.assume_constant_result
@@ -113,10 +212,8 @@ def phase1_forward(
     an input of the operator, so a captured graph reads its contents at each replay;
     ``valid_last`` may be left out with them).
     ``check=True`` synchronizes, so leave it off in code that is compiled with CUDA graphs or
-    captured. Forward only: inputs that require grad while autograd records raise
-    RuntimeError (call under ``torch.no_grad()``, or on detached inputs).
+    captured. Differentiable in k_val, q_val, g and beta (see the module's docstring).
     """
-    _torch_impl.refuse_grad(k_val, q_val, g, beta)
     if valid_last is None and stream_lengths is not None:  # ignored there: C (the C API's unset)
         valid_last = k_idx.shape[1]
     if plain_call_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
@@ -132,8 +229,15 @@ def phase1_forward(
         check = require_bool("check", check)
     if repeats is not None:
         _torch_impl.check_repeats(repeats, k_idx.device)
-    got = phase1_op(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
-                    valid_last, need_read_groups, tile, det, check, stream_lengths)
+    args = (k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys, valid_last,
+            need_read_groups, tile, det, check, stream_lengths)
+    if torch.compiler.is_compiling() or _torch_impl.needs_grad(k_val, q_val, g, beta):
+        got = phase1_op(*args)
+    else:
+        # Eager without grad: straight to the implementation's dispatch key, as the autograd
+        # kernel would after its Python checks (which cost host time per call).
+        with _BELOW_AUTOGRAD():
+            got = phase1_op(*args)
     C, W = k_idx.shape[1], k_idx.shape[2]
     fields = _fields_of(det, need_read_groups)
     if repeats is not None:

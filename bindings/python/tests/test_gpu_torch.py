@@ -1,7 +1,8 @@
 """PyTorch CUDA tensors on the CUDA backend, through sdm_phase1.phase1_forward and the operator
 sdm_phase1::phase1_forward: every output bit equal to the CPU backend's (through the NumPy path
 on the same data), the spec's fields and dtypes, a side stream, CUDA graph capture and replay,
-torch.compile(fullgraph=True), bad arguments and device-side bad data.
+torch.compile(fullgraph=True), bad arguments, device-side bad data and autograd (the backward
+through the CPU backend).
 
 Skips without torch, without a GPU or with a library built without the CUDA backend."""
 
@@ -362,13 +363,24 @@ def test_outputs_in_torch_memory_and_no_input_copies():
     assert all(x.device == t["k_idx"].device for x in out if x is not None)
 
 
-def test_forward_only_on_cuda():
+def test_autograd_on_cuda():
+    """Gradients of CUDA tensors (the backward runs on the CPU backend, through host copies):
+    on the inputs' device, and the CPU tensors' bits, through both paths."""
     from sdm_phase1 import torch_ops
 
     t, opts = _good()
-    t["k_val"] = t["k_val"].requires_grad_()
-    for f in (p1.phase1_forward, torch_ops.phase1_forward):
-        with pytest.raises(RuntimeError, match="forward only .*k_val requires grad.*torch.no_grad"):
-            f(*(t[n] for n in ("k_idx", "q_idx", "k_val", "q_val", "g")), beta=t["beta"], **opts)
-        with torch.no_grad():
-            f(*(t[n] for n in ("k_idx", "q_idx", "k_val", "q_val", "g")), beta=t["beta"], **opts)
+    names = ("k_idx", "q_idx", "k_val", "q_val", "g")
+    grads = {}
+    for device in ("cpu", DEV):
+        for f in (p1.phase1_forward, torch_ops.phase1_forward):
+            x = {n: (v.to(device, copy=True) if v is not None else None) for n, v in t.items()}
+            for n in ("k_val", "q_val", "g", "beta"):
+                x[n].requires_grad_()
+            out = f(*(x[n] for n in names), beta=x["beta"], **opts)
+            loss = out.a.sum() + out.qk.square().sum() + out.k_eff.sum() + out.kspa.sum()
+            loss.backward()
+            got = [x[n].grad for n in ("k_val", "q_val", "g", "beta")]
+            assert all(gr.device == x["k_val"].device for gr in got)
+            grads.setdefault(f, []).append([gr.cpu() for gr in got])
+    for f, (cpu, cuda) in grads.items():
+        assert all(torch.equal(a, b) for a, b in zip(cpu, cuda)), f

@@ -1,6 +1,6 @@
 """The whole library through the recurrence it exists for (docs/design.md).
 
-examples/sdm_recurrence.py holds both forms in float64: the token-by-token delta rule, and the
+sdm_phase1.recurrence holds both forms in float64: the token-by-token delta rule, and the
 chunked WY form from the library's Phase-1 outputs, computed twice: from the per-entry fields
 (k_eff, q_w, cpe, rex) and from the mover records (kspa, qrec, krec). Padding tokens do nothing.
 Both must match the token-by-token outputs and final memory within a relative tolerance of the
@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import reference as ref
-import sdm_recurrence as rec
 from error_report import merge_error_report
 
 p1 = pytest.importorskip("sdm_phase1")
+rec = p1.recurrence
 
 REL_TOL = 1e-5
 # bfloat16 values: k_eff, q_w and cpe are themselves rounded to bfloat16 (relative 2^-9), so the

@@ -1,7 +1,6 @@
 """PyTorch on the CPU backend (CPU tensors; skips without torch): the cached-plan path and the
-operator give the NumPy path's bits, the spec's fields, and refuse inputs that require grad
-while autograd records (forward only) with the message that says how to call them; option
-types are checked as for NumPy. The same path runs CUDA tensors (test_gpu_torch.py)."""
+operator give the NumPy path's bits and the spec's fields; option types are checked as for
+NumPy. The same path runs CUDA tensors (test_gpu_torch.py); autograd is test_torch_autograd.py's."""
 
 from __future__ import annotations
 
@@ -79,38 +78,6 @@ def test_repeats_and_cache():
 
 
 @pytest.mark.parametrize("op", [False, True])
-@pytest.mark.parametrize("name", ["k_val", "q_val", "g", "beta"])
-def test_forward_only(op, name):
-    inputs, opts = _case()
-    t = torch_inputs(inputs, "cpu")
-    t[name] = t[name].float().requires_grad_() if name in ("k_val", "q_val") else t[name].requires_grad_()
-    with pytest.raises(RuntimeError) as info:
-        _call(t, opts, op=op)
-    message = str(info.value)
-    assert "computes Phase 1's forward only" in message and f"{name} requires grad" in message
-    assert "torch.no_grad()" in message and f"{name}.detach()" in message
-    with torch.no_grad():  # as the message says
-        _call(t, opts, op=op)
-    _call({n: (x.detach() if x is not None else x) for n, x in t.items()}, opts, op=op)
-
-
-@pytest.mark.parametrize("name", ["k_val", "g"])
-def test_forward_only_through_the_operator_itself(name):
-    """torch.ops.sdm_phase1.phase1_forward called directly: the same message."""
-    from sdm_phase1 import torch_ops  # noqa: F401  (registers the operator)
-
-    inputs, opts = _case()
-    t = torch_inputs(inputs, "cpu")
-    t[name] = t[name].requires_grad_()
-    args = [t[n] for n in NAMES] + [t["beta"], opts["num_parallel"], opts["stream_offset"],
-                                     opts["num_keys"], opts["valid_last"], True, 0, 31, False]
-    with pytest.raises(RuntimeError, match=f"forward only .*{name} requires grad"):
-        torch.ops.sdm_phase1.phase1_forward(*args)
-    with torch.inference_mode():
-        torch.ops.sdm_phase1.phase1_forward(*args)
-
-
-@pytest.mark.parametrize("op", [False, True])
 def test_option_types(op):
     inputs, opts = _case()
     t = torch_inputs(inputs, "cpu")
@@ -138,8 +105,9 @@ def test_outputs_share_one_block_without_overlap():
 
 
 def test_operator_opcheck_on_cpu():
-    """The operator's schema, fake implementation and (absent) autograd registration as
-    torch.library.opcheck tests them: its returns share no storage."""
+    """The operator's schema, fake implementation and autograd registration as
+    torch.library.opcheck tests them (no input requiring grad: test_torch_autograd.py has
+    those): its returns share no storage."""
     from sdm_phase1 import torch_ops  # noqa: F401  (registers the operator)
 
     inputs, opts = _case(41, N=2, C=8, W=3, R=2, P=1, num_keys=16, valid_last=8)

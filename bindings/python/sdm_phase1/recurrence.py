@@ -1,5 +1,10 @@
-"""The Sparse Delta Memory recurrence in float64 NumPy: chunked (from libsdmp1's Phase-1 outputs)
-and token by token (from the inputs alone), so that one can be checked against the other.
+"""The Sparse Delta Memory recurrence (Phase 2) in float64 NumPy: chunked, from libsdmp1's
+Phase-1 outputs, and token by token, from the inputs alone, so that one can be checked against
+the other; and :func:`sdm_layer`, Phase 1 then the chunked recurrence in one call.
+
+A reference, not a fast kernel: it runs chunk after chunk in Python. The differentiable
+PyTorch form is :mod:`sdm_phase1.torch_recurrence` (which :func:`sdm_layer` takes for torch
+tensors).
 
 A memory holds one row of D numbers per slot per stream. Chunk c of a batch belongs to stream
 c % num_parallel and follows chunk c - num_parallel of that stream; its first lengths[c] tokens
@@ -29,7 +34,12 @@ M0 [num_parallel, num_keys, D].
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
+
+__all__ = ["chunk_lengths", "as_f64", "token_by_token", "chunked", "chunk_step_fields",
+           "chunk_step_records", "relative_error", "sdm_layer"]
 
 # Record words (the spec's Records layout): the element word holds the token at bit 9 and
 # marks padding entries with bit 17.
@@ -38,7 +48,7 @@ TOKEN_MASK = 0xFF
 INVALID_BIT = 1 << 17
 
 
-def chunk_lengths(N: int, C: int, num_parallel: int, *, valid_last: int | None = None,
+def chunk_lengths(N: int, C: int, num_parallel: int, *, valid_last: Optional[int] = None,
                   stream_lengths=None) -> np.ndarray:
     """The number of valid tokens of each chunk, [N] int64.
 
@@ -185,3 +195,46 @@ def relative_error(got, want) -> float:
     """max |got - want| / max |want|: the error relative to the magnitude."""
     want = np.asarray(want)
     return float(np.abs(np.asarray(got) - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+def sdm_layer(k_idx, q_idx, k_val, q_val, g, beta, v, memory, *, num_parallel: int,
+              stream_offset: int, num_keys: int, valid_last: Optional[int] = None,
+              stream_lengths=None):
+    """The memory of one Sparse Delta Memory layer over time-major chunks: Phase 1 (libsdmp1's
+    :func:`sdm_phase1.phase1_forward`), then the chunked recurrence. Returns ``(o, memory)``:
+    the reads o [N, C, D] (zero at padding tokens) and each stream's final memory
+    [num_parallel, num_keys, D].
+
+    torch tensors go to :func:`sdm_phase1.torch_recurrence.sdm_layer`: differentiable in
+    k_val, q_val, g, beta, v and memory, Phase 2 in v's dtype (read its limits there). Other
+    arrays run here, in float64 NumPy on the CPU backend (:func:`chunked`, forward only).
+
+    Args:
+        k_idx, q_idx, k_val, q_val, g, num_parallel, stream_offset, num_keys, stream_lengths:
+            Phase 1's inputs, as :func:`sdm_phase1.phase1_forward` takes them.
+        beta: [N, C] float32 write strengths (in the delta rule, u = beta (v - pred)).
+        v: [N, C, D] the values the tokens write.
+        memory: [num_parallel, num_keys, D] each stream's memory before the first chunk.
+        valid_last: valid tokens of each stream's last chunk; None: C (or ignored with
+            stream_lengths, as in phase1_forward).
+    """
+    from ._forward import framework_of, phase1_forward
+
+    if framework_of(k_idx) == "torch":
+        from .torch_recurrence import sdm_layer as torch_layer
+
+        return torch_layer(k_idx, q_idx, k_val, q_val, g, beta, v, memory,
+                           num_parallel=num_parallel, stream_offset=stream_offset,
+                           num_keys=num_keys, valid_last=valid_last,
+                           stream_lengths=stream_lengths)
+    N, C = np.shape(k_idx)[:2]
+    if valid_last is None:
+        valid_last = C
+    out = phase1_forward(k_idx, q_idx, k_val, q_val, g, num_parallel=num_parallel,
+                         stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,
+                         beta=beta, stream_lengths=stream_lengths, need_read_groups=False,
+                         det_fields=0)
+    lengths = chunk_lengths(N, C, num_parallel, valid_last=valid_last,
+                            stream_lengths=stream_lengths)
+    return chunked(out, k_idx, q_idx, k_val, beta, v, memory, num_parallel=num_parallel,
+                   stream_offset=stream_offset, lengths=lengths)
