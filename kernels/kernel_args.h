@@ -47,13 +47,21 @@ struct KernelShape {
 // length and so records no other offender there. A bad length is reported before `key`.
 // wide_left counts the chunks the main kernel left to the wide-log kernel (their
 // log-cumsums need the wide form), down from UINT64_MAX; general_left likewise the chunks the
-// lean kernel left to the main kernel. One memset of 0xFF bytes clears all four words.
+// lean kernel left to the main kernel. One memset of 0xFF bytes clears every word.
+// The backward (kernels/backward/) uses key and bad_stream as the forward does (ids and gates,
+// lengths) and two words more: `payload_key`, UINT64_MAX or chunk << kStatusCodeBits |
+// position << 3 | problem (PayloadError::Problem) of the first bad payload word of the
+// smallest such chunk (that chunk's word and valid tokens in the backward's payload_value
+// array); `backward`, UINT64_MAX after a forward, 0 after a backward (its launch sets it), so
+// that sdm_p1_execute_status names the call that ran last.
 constexpr int kStatusCodeBits = 20;
 struct DeviceStatus {
     unsigned long long key;
     unsigned long long bad_stream;
     unsigned long long wide_left;
     unsigned long long general_left;
+    unsigned long long payload_key;
+    unsigned long long backward;
 };
 
 // Where one of the chunk's arrays lives: `bytes` at `offset` in the block's shared memory or

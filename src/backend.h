@@ -46,13 +46,14 @@ public:
     // (the CPU, which finds it during the execute).
     virtual void execute(const Options& o, const InputRecord& in, void* workspace, void* stream) = 0;
 
-    // Runs (CPU) one backward of the checked record (docs/backward.md). Throws Error:
-    // INVALID_INPUT for bad data, found before any gradient is written (CPU);
-    // UNSUPPORTED where the backend has no backward yet (CUDA).
+    // Runs (CPU) or enqueues on `stream` (CUDA) one backward of the checked record
+    // (docs/backward.md). Throws Error: INVALID_INPUT for bad data, found before any gradient
+    // is written (CPU; CUDA finds bad data on the device, for check_status); INVALID_ARGUMENT
+    // for memory the backend cannot use (CUDA).
     virtual void execute_backward(const Options& o, const BackwardRecord& b, void* workspace, void* stream) = 0;
 
-    // The data check of the last execute (sdm_p1_execute_status), which the caller has
-    // synchronized; only after at least one execute. Throws Error (INVALID_INPUT).
+    // The data check of the last execute or backward (sdm_p1_execute_status), which the
+    // caller has synchronized; only after at least one. Throws Error (INVALID_INPUT).
     virtual void check_status(const Options& o, void* workspace) const = 0;
 };
 

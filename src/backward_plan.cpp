@@ -109,6 +109,7 @@ void execute_backward_plan(sdm_p1_plan& plan, const sdm_p1_inputs* inputs, const
     b.payload = payload;
     b.grads = checked_grad_buffers(o, out);
     plan.backend->execute_backward(o, b, plan.workspace.data(), stream);
+    plan.executed = true;   // CUDA: sdm_p1_execute_status reports this backward's data check
 }
 
 }   // namespace sdm_p1

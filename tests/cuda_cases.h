@@ -134,6 +134,10 @@ struct CaseSpec {
     // valid_last rule.
     std::vector<int64_t> lengths;
     bool lengths64 = false;
+    // The plan may run the backward (sdm_p1_desc.backward), with float32 value gradients
+    // where grad_f32 (else the value dtype).
+    bool backward = false;
+    bool grad_f32 = false;
 
     int64_t offset() const {
         if (stream_offset >= 0) return stream_offset;
@@ -264,6 +268,8 @@ inline sdm_p1_desc make_desc(const CaseSpec& s, int32_t backend, int32_t mode = 
     d.backend = backend;
     d.num_threads = 0;   // CPU: every hardware thread (the bits never depend on it)
     d.output_mode = mode;
+    d.backward = s.backward ? 1 : 0;
+    d.grad_dtype = s.grad_f32 ? SDM_P1_DTYPE_FLOAT32 : 0;
     return d;
 }
 

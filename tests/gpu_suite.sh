@@ -196,6 +196,11 @@ if [ "$do_sanitizer" = 1 ]; then
                 run_step "sanitizer-$tool-two_blocks" sum_sanitizer \
                     "$sanitizer" --tool "$tool" --error-exitcode 1 \
                     "$build/tests/test_cuda" --quick --only two_blocks
+                # The backward: six cases of "cover" (each way it is run: payload given and
+                # sorted again, upstream subsets, non-finite upstream, gradient subsets).
+                run_step "sanitizer-$tool-backward" sum_sanitizer \
+                    "$sanitizer" --tool "$tool" --error-exitcode 1 \
+                    "$build/tests/test_cuda" --quick --only bwd_cover --limit 6
             fi
         fi
     done

@@ -5,13 +5,18 @@
 // accepts); then the CUDA-specific promises: repeated executes and other streams give the
 // same bits, CUDA graph capture and replay, the caller's allocator (used only at create /
 // destroy), execute never waits for the stream, bad data reported by sdm_p1_execute_status
-// with the CPU backend's message, and host pointers refused. Prints one line per family and
-// "N passed, M failed"; exits 77 (a skip for meson) where there is no CUDA device.
+// with the CPU backend's message, and host pointers refused. The backward (families bwd_*):
+// every gradient byte against the CPU backend's on the comparison families' cases, with the
+// payload given and sorted again, and its promises (upstream subsets, zero and non-finite
+// upstream, graphs, determinism, bad payloads and data, host pointers). Prints one line per
+// family and "N passed, M failed"; exits 77 (a skip for meson) where there is no CUDA device.
 //
-//   test_cuda [--quick] [--seed S] [--only FAMILY] [--limit K] [--cpu-only] [--verbose]
+//   test_cuda [--quick] [--seed S] [--only FAMILY] [--limit K] [--cpu-only] [--backward] [--verbose]
 //   --quick     a reduced case set (for compute-sanitizer)
 //   --cpu-only  runs the comparison cases on the CPU backend alone (checks the case set
 //               without a GPU)
+//   --backward  the backward's families alone (sdm_p1_execute_backward against the CPU
+//               backend's, byte for byte, and its CUDA promises)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -26,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_backward.h"
 #include "cuda_bad_data.h"
 #include "cuda_case_lists.h"
 #include "cuda_cases.h"
@@ -38,6 +44,7 @@ using namespace cuda_test;
 
 struct Options : ListOptions {
     bool cpu_only = false;
+    bool backward_only = false;   // the backward's families alone
     bool verbose = false;
     std::string only;   // run this family alone
     size_t limit = 0;   // at most this many cases per comparison family (0: all)
@@ -787,6 +794,8 @@ bool parse(int argc, char** argv, Options& o) {
             o.quick = true;
         } else if (a == "--cpu-only") {
             o.cpu_only = true;
+        } else if (a == "--backward") {
+            o.backward_only = true;
         } else if (a == "--verbose" || a == "-v") {
             o.verbose = true;
         } else if (a == "--seed" && i + 1 < argc) {
@@ -796,8 +805,9 @@ bool parse(int argc, char** argv, Options& o) {
         } else if (a == "--limit" && i + 1 < argc) {
             o.limit = std::strtoull(argv[++i], nullptr, 0);
         } else {
-            std::printf("usage: %s [--quick] [--seed S] [--only FAMILY] [--limit K] [--cpu-only] [--verbose]\n",
-                        argv[0]);
+            std::printf(
+                "usage: %s [--quick] [--seed S] [--only FAMILY] [--limit K] [--cpu-only] [--backward] [--verbose]\n",
+                argv[0]);
             return false;
         }
     }
@@ -833,6 +843,580 @@ void family(Tally& t, const Options& o, const char* name, const std::function<vo
     t.end();
 }
 
+// ---- the backward -----------------------------------------------------------------------------
+
+// The backward of a comparison family's cases, the way it is run rotating: every upstream
+// gradient with the forward's payload, or sorted again (payload NULL); the pair sums' upstream
+// alone (a, qk, krec, kspa) with float32 value gradients; the per-entry upstream alone;
+// upstream values with NaN and infinities; two of the four gradients.
+BackwardSpec rotating_backward(size_t i, uint64_t seed) {
+    BackwardSpec b;
+    b.seed = mix_seed(seed, i);
+    switch (i % 6) {
+        case 1:
+            b.payload = false;
+            break;
+        case 2:
+            b.given = 1u << SDM_P1_FIELD_A | 1u << SDM_P1_FIELD_QK | 1u << SDM_P1_FIELD_KREC | 1u << SDM_P1_FIELD_KSPA;
+            break;
+        case 3:
+            b.given = ~(1u << SDM_P1_FIELD_A | 1u << SDM_P1_FIELD_QK | 1u << SDM_P1_FIELD_KSPA);
+            b.payload = false;
+            break;
+        case 4:
+            b.kind = Upstream::NonFinite;
+            break;
+        case 5:
+            b.outputs = kGradK | kGradG;
+            break;
+        default:
+            break;
+    }
+    return b;
+}
+
+void run_backward_cases(Tally& t, const std::string& family, const CaseList& cases, const Options& o,
+                        cudaStream_t stream) {
+    if (!o.only.empty() && o.only != family) return;
+    t.begin(family);
+    for (size_t i = 0; i < cases.size() && (o.limit == 0 || i < o.limit); ++i) {
+        CaseSpec s = cases[i];
+        const BackwardSpec b = rotating_backward(i, o.seed);
+        s.grad_f32 = i % 6 == 2 && s.bf16;
+        const auto t0 = std::chrono::steady_clock::now();
+        t.run(describe(s) + describe(b), [&] { return compare_backward(s, b, stream); });
+        if (o.verbose) {
+            std::printf("  %.3f s  %s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                        describe(s).c_str());
+        }
+    }
+    t.end();
+}
+
+// The largest chunks, without the one whose every id is on one slot (4.3 G pair terms, twice
+// over in the backward: minutes on the CPU backend).
+CaseList backward_largest_cases(const Options& o) {
+    CaseList out;
+    for (const CaseSpec& s : largest_cases(o)) {
+        if (s.name != "C256-W256-R256-one-slot") out.push_back(s);
+    }
+    return out;
+}
+
+void run_backward_families(Tally& t, const Options& o, cudaStream_t stream) {
+    run_backward_cases(t, "bwd_cover", cover_cases(o), o, stream);
+    run_backward_cases(t, "bwd_grid", grid_cases(o), o, stream);
+    run_backward_cases(t, "bwd_gates", gate_cases(o), o, stream);
+    run_backward_cases(t, "bwd_values", value_cases(o), o, stream);
+    run_backward_cases(t, "bwd_streams", stream_cases(o), o, stream);
+    run_backward_cases(t, "bwd_skewed", skewed_cases(o), o, stream);
+    run_backward_cases(t, "bwd_lengths", length_cases(o), o, stream);
+    run_backward_cases(t, "bwd_two_blocks", two_block_cases(o), o, stream);
+    run_backward_cases(t, "bwd_lean", lean_cases(o), o, stream);
+    run_backward_cases(t, "bwd_largest", backward_largest_cases(o), o, stream);
+}
+
+CaseSpec backward_case(const std::string& name, uint64_t seed, bool bf16) {
+    CaseSpec s = spec(name, 6, 32, 8, 6, 40).streams(3, 1000).valid(21).key_mode(Keys::Random);
+    s.gate_kind(Gates::Mixed).value_kind(Values::Mixed);
+    if (bf16) {
+        s.bfloat16();
+    } else {
+        s.gates_per_write();
+    }
+    s.seed = mix_seed(seed, name_seed(name));
+    s.backward = true;
+    return s;
+}
+
+// Upstream subsets (none, each alone, all), zero upstream (+0.0 everywhere), NaN and
+// infinite upstream, payload given and NULL, float32 gradients of bfloat16 values, each
+// gradient alone and none (nothing written), a forward between backwards of one plan.
+void test_backward_api(Tally& t, const Options& o, cudaStream_t stream) {
+    for (bool bf16 : {false, true}) {
+        const CaseSpec s = backward_case(bf16 ? "bwd-api-bf16" : "bwd-api-f32", o.seed, bf16);
+        const std::string dt = bf16 ? " (bf16, per-token gates)" : " (f32, per-write gates)";
+        for (bool payload : {true, false}) {
+            const std::string p = payload ? ", payload" : ", sorted again";
+            BackwardSpec b;
+            b.payload = payload;
+            b.given = 0;
+            t.run("no upstream gradient" + p + dt, [&] { return compare_backward(s, b, stream); });
+            for (int f : kDifferentiable) {
+                b.given = 1u << f;
+                t.run("upstream " + std::to_string(f) + " alone" + p + dt,
+                      [&] { return compare_backward(s, b, stream); });
+            }
+            b.given = kAllUpstream;
+            for (Upstream kind : {Upstream::Normal, Upstream::Zero, Upstream::NonFinite}) {
+                b.kind = kind;
+                t.run(std::string("every upstream, ") + describe(b) + dt,
+                      [&] { return compare_backward(s, b, stream); });
+            }
+            b.kind = Upstream::Normal;
+            for (unsigned out : {kGradK, kGradQ, kGradG, kGradBeta}) {
+                b.outputs = out;
+                t.run("gradient " + std::to_string(out) + " alone" + p + dt,
+                      [&] { return compare_backward(s, b, stream); });
+            }
+            b.outputs = kGradAll;
+            if (bf16) {
+                CaseSpec f32 = s;
+                f32.grad_f32 = true;
+                t.run("float32 gradients of bfloat16 values" + p, [&] { return compare_backward(f32, b, stream); });
+            }
+        }
+        t.run("zero upstream gives +0.0 everywhere" + dt, [&] {
+            BackwardSpec b;
+            b.kind = Upstream::Zero;
+            CaseSpec z = s;
+            z.value_kind(Values::Normal);
+            const Encoded e = make_inputs(z).encode();
+            const std::vector<Bytes> up = make_upstream(z, b);
+            const DeviceInputs dev(e);
+            const CudaBackward gpu(z, up);
+            const GradResult r = gpu.run(dev.view(true), gpu.forward(dev, stream), kGradAll, stream);
+            if (r.status != SDM_P1_SUCCESS) return r.error;
+            for (int w = 0; w < 4; ++w) {
+                for (unsigned char c : r.grads[w]) {
+                    if (c != 0) return std::string(grad_name(w)) + " holds a byte that is not 0";
+                }
+            }
+            return std::string();
+        });
+        t.run("no gradient requested: success, nothing written" + dt, [&] {
+            const Encoded e = make_inputs(s).encode();
+            const BackwardSpec b;
+            const std::vector<Bytes> up = make_upstream(s, b);
+            const DeviceInputs dev(e);
+            const CudaBackward gpu(s, up);
+            for (const int32_t* payload : {gpu.forward(dev, stream), static_cast<const int32_t*>(nullptr)}) {
+                const GradResult none = gpu.run(dev.view(true), payload, 0, stream);
+                if (none.status != SDM_P1_SUCCESS) return none.error;
+                const GradResult after = gpu.result(kGradAll);
+                for (int w = 0; w < 4; ++w) {
+                    for (unsigned char c : after.grads[w]) {
+                        if (c != 0xA5) return std::string(grad_name(w)) + " was written";
+                    }
+                }
+            }
+            return std::string();
+        });
+        t.run("forward, backward, forward on one plan" + dt, [&] {
+            const Encoded e = make_inputs(s).encode();
+            const RunResult cpu = run_cpu(s, e);
+            const BackwardSpec b;
+            const std::vector<Bytes> up = make_upstream(s, b);
+            const GradResult cpu_grads = run_cpu_backward(s, e, b, up);
+            const DeviceInputs dev(e);
+            const CudaBackward gpu(s, up);
+            const GradResult r = gpu.run(dev.view(true), gpu.forward(dev, stream), kGradAll, stream);
+            if (r.status != SDM_P1_SUCCESS) return r.error;
+            std::string why = compare_grads(s, cpu_grads, r);
+            if (!why.empty()) return why;
+            why = execute_and_compare(gpu.plan(), dev.view(s.needs_beta()), stream, cpu);
+            if (!why.empty()) return "the forward after it: " + why;
+            return compare_grads(s, cpu_grads, gpu.run(dev.view(true), nullptr, kGradAll, stream));
+        });
+    }
+}
+
+// Two backwards of one plan, fresh plans, other streams: the same bits as the CPU's.
+void test_backward_determinism(Tally& t, const Options& o) {
+    const CaseSpec s = backward_case("bwd-determinism", o.seed, false);
+    const Encoded e = make_inputs(s).encode();
+    const BackwardSpec b;
+    const std::vector<Bytes> up = make_upstream(s, b);
+    const GradResult cpu = run_cpu_backward(s, e, b, up);
+    const DeviceInputs dev(e);
+    Stream created, blocking(cudaStreamDefault);
+    const CudaBackward gpu(s, up);
+    const int32_t* payload = gpu.forward(dev, created.s);
+    for (int rep = 1; rep <= 3; ++rep) {
+        t.run("backward #" + std::to_string(rep) + " of one plan",
+              [&] { return compare_grads(s, cpu, gpu.run(dev.view(true), payload, kGradAll, created.s)); });
+    }
+    const std::pair<const char*, cudaStream_t> streams[] = {{"legacy default stream (NULL)", nullptr},
+                                                            {"per-thread default stream", cudaStreamPerThread},
+                                                            {"blocking stream", blocking.s}};
+    for (const auto& st : streams) {
+        t.run(st.first, [&] {
+            const CudaBackward fresh(s, up);
+            return compare_grads(s, cpu, fresh.run(dev.view(true), fresh.forward(dev, st.second), kGradAll, st.second));
+        });
+    }
+}
+
+// Captures one backward on `stream` (global capture mode).
+std::string capture_backward(const CudaBackward& gpu, const sdm_p1_inputs& in, const int32_t* payload,
+                             cudaStream_t stream, Graph& g) {
+    CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const sdm_p1_status st = gpu.enqueue(in, payload, kGradAll, stream);
+    const std::string error = st == SDM_P1_SUCCESS ? "" : api_error("execute_backward during capture", st);
+    const cudaError_t end = cudaStreamEndCapture(stream, &g.graph);
+    if (!error.empty()) return error;
+    CUDA_CHECK(end);
+    CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+    return "";
+}
+
+GradResult replay_backward(const CudaBackward& gpu, const Graph& g, cudaStream_t stream) {
+    gpu.poison(stream);
+    CUDA_CHECK(cudaGraphLaunch(g.exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return gpu.result(kGradAll);
+}
+
+// A backward captured in a graph (payload given and NULL): replays give the CPU's bits, on
+// new input data too, and a bad gate's message.
+void test_backward_graph(Tally& t, const Options& o) {
+    const CaseSpec a = backward_case("bwd-graph-a", o.seed, true), b = backward_case("bwd-graph-b", o.seed, true);
+    HostInputs bad_in = make_inputs(b);
+    bad_in.g[static_cast<size_t>(2 * b.C + 5)] = std::nanf("");
+    const Encoded ea = make_inputs(a).encode(), eb = make_inputs(b).encode(), ebad = bad_in.encode();
+    const BackwardSpec spec_b;
+    const std::vector<Bytes> up = make_upstream(a, spec_b);
+    Stream stream;
+    for (bool with_payload : {true, false}) {
+        const std::string m = with_payload ? " (payload)" : " (sorted again)";
+        BackwardSpec bs;
+        bs.payload = with_payload;
+        std::vector<int32_t> payload_a;
+        const GradResult cpu_a = run_cpu_backward(a, ea, bs, up, &payload_a);
+        // The same upstream gradients for the second inputs; the payload is the first's when
+        // given (the graph keeps its pointer), so those inputs are sorted again on the CPU too.
+        const GradResult cpu_b = run_cpu_backward(b, eb, bs, up, nullptr, with_payload ? payload_a.data() : nullptr);
+        const GradResult cpu_bad =
+            run_cpu_backward(b, ebad, bs, up, nullptr, with_payload ? payload_a.data() : nullptr);
+        DeviceInputs dev(ea);
+        const CudaBackward gpu(a, up);
+        const int32_t* payload = with_payload ? gpu.forward(dev, stream.s) : nullptr;
+        Graph g;
+        bool captured = false;
+        t.run("capture" + m, [&] {
+            const std::string why = capture_backward(gpu, dev.view(true), payload, stream.s, g);
+            captured = why.empty();
+            return why;
+        });
+        if (!captured) continue;
+        t.run("replay 1" + m, [&] { return compare_grads(a, cpu_a, replay_backward(gpu, g, stream.s)); });
+        t.run("replay 2" + m, [&] { return compare_grads(a, cpu_a, replay_backward(gpu, g, stream.s)); });
+        t.run("replay on new input data" + m, [&] {
+            dev.upload(eb);
+            const GradResult r = replay_backward(gpu, g, stream.s);
+            if (cpu_b.status != SDM_P1_SUCCESS) return "cpu: " + cpu_b.error;
+            if (r.status != SDM_P1_SUCCESS) return "execute_status: " + r.error;
+            return compare_grads(b, cpu_b, r);
+        });
+        t.run("replay on a bad gate" + m, [&] {
+            dev.upload(ebad);
+            const GradResult r = replay_backward(gpu, g, stream.s);
+            if (cpu_bad.status != SDM_P1_ERROR_INVALID_INPUT) return std::string("the CPU accepted the bad data");
+            if (r.status != SDM_P1_ERROR_INVALID_INPUT)
+                return std::string("execute_status: ") + sdm_p1_status_string(r.status);
+            return r.error == cpu_bad.error ? std::string()
+                                            : "message '" + r.error + "', the CPU's '" + cpu_bad.error + "'";
+        });
+        t.run("replay after bad data" + m, [&] {
+            dev.upload(ea);
+            return compare_grads(a, cpu_a, replay_backward(gpu, g, stream.s));
+        });
+    }
+}
+
+// One bad backward: the CPU refuses it with a message; the CUDA backward enqueues, and
+// sdm_p1_execute_status gives the same message. Then a good backward clears it, and a forward
+// after a bad backward reports under its own name.
+std::string check_bad_backward(const CaseSpec& s, const Encoded& e, const std::vector<Bytes>& up,
+                               const std::vector<int32_t>* host_payload, const CudaBackward& gpu,
+                               const GradResult& cpu_good, const int32_t* good_payload, cudaStream_t stream) {
+    BackwardSpec b;
+    b.payload = host_payload != nullptr;
+    const GradResult cpu = run_cpu_backward(s, e, b, up, nullptr, host_payload ? host_payload->data() : nullptr);
+    if (cpu.status != SDM_P1_ERROR_INVALID_INPUT)
+        return std::string("the CPU gave ") + sdm_p1_status_string(cpu.status) + " " + cpu.error;
+    const DeviceInputs dev(e);
+    DeviceBuffer payload(host_payload ? host_payload->size() * 4 : 0);
+    if (host_payload) {
+        Bytes raw(host_payload->size() * 4);
+        std::memcpy(raw.data(), host_payload->data(), raw.size());
+        payload.upload(raw);
+    }
+    const GradResult r = gpu.run(dev.view(true), static_cast<const int32_t*>(payload.get()), kGradAll, stream);
+    if (r.status != SDM_P1_ERROR_INVALID_INPUT)
+        return std::string("execute_status: ") + sdm_p1_status_string(r.status) + " " + r.error;
+    if (r.error != cpu.error) return "message '" + r.error + "', the CPU's '" + cpu.error + "'";
+    const std::string again = sdm_p1_execute_status(gpu.plan().get()) == SDM_P1_ERROR_INVALID_INPUT
+                                  ? std::string(sdm_p1_last_error())
+                                  : std::string();
+    if (again != r.error) return "a second execute_status differs: " + again;
+    const DeviceInputs good(make_inputs(s).encode());
+    const std::string after = compare_grads(s, cpu_good, gpu.run(good.view(true), good_payload, kGradAll, stream));
+    return after.empty() ? "" : "the good backward after it: " + after;
+}
+
+// Bad payloads (each problem the check names; the words past C * (W + R) and bits 18-30 are
+// not read), bad ids (payload NULL) and gates (both), bad lengths: the CPU's messages from
+// sdm_p1_execute_status.
+void test_backward_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
+    CaseSpec s = spec("bwd-bad-data", 8, 16, 4, 3, 40).streams(2, 1000).valid(11).key_mode(Keys::Random);
+    s.gate_kind(Gates::Mixed).gates_per_write();
+    s.seed = mix_seed(o.seed, 81);
+    s.backward = true;
+    const Encoded e = make_inputs(s).encode();
+    const BackwardSpec b;
+    const std::vector<Bytes> up = make_upstream(s, b);
+    std::vector<int32_t> good;
+    const GradResult cpu_good = run_cpu_backward(s, e, b, up, &good);
+    const DeviceInputs dev(e);
+    const CudaBackward gpu(s, up);
+    DeviceBuffer good_dev(good.size() * 4);
+    {
+        Bytes raw(good.size() * 4);
+        std::memcpy(raw.data(), good.data(), raw.size());
+        good_dev.upload(raw);
+    }
+    const int32_t* good_payload = static_cast<const int32_t*>(good_dev.get());
+    const int row = static_cast<int>(good.size() / s.N), n = static_cast<int>(s.C * (s.W + s.R));
+    const int valid_last = static_cast<int>(s.last_valid() * (s.W + s.R));
+    const struct {
+        const char* name;
+        void (*mutate)(std::vector<int32_t>&, int row, int n, int valid_last);
+    } payloads[] = {
+        {"an entry twice", [](std::vector<int32_t>& p, int row, int, int) { p[2 * row + 5] = p[2 * row + 4]; }},
+        {"a lane past W", [](std::vector<int32_t>& p, int row, int, int) { p[row + 7] = (p[row + 7] & ~0x1FF) | 4; }},
+        {"a token past C", [](std::vector<int32_t>& p, int row, int,
+                              int) { p[3 * row + 9] = (p[3 * row + 9] & ~(0xFF << 9)) | 16 << 9; }},
+        {"the padding bit on a valid entry", [](std::vector<int32_t>& p, int row, int, int) { p[6 * row] |= 1 << 17; }},
+        {"no padding bit on a padding entry",
+         [](std::vector<int32_t>& p, int row, int n, int) { p[7 * row + n - 1] &= ~(1 << 17); }},
+        {"padding before a valid entry",
+         [](std::vector<int32_t>& p, int row, int, int v) { std::swap(p[6 * row + v - 1], p[6 * row + v]); }},
+        {"the first word without its head bit", [](std::vector<int32_t>& p, int, int, int) { p[0] &= 0x7FFFFFFF; }},
+        {"two bad chunks: the first is reported",
+         [](std::vector<int32_t>& p, int row, int, int) {
+             p[5 * row + 3] = p[5 * row + 2];
+             p[4 * row + 20] |= 1 << 17;
+         }},
+        {"two bad words: the earlier position is reported",
+         [](std::vector<int32_t>& p, int row, int, int) {
+             p[3 * row + 30] = p[3 * row + 1];
+             p[3 * row + 12] = (p[3 * row + 12] & ~0xFF) | 200;
+         }},
+    };
+    for (const auto& bad : payloads) {
+        t.run(std::string("payload: ") + bad.name, [&] {
+            std::vector<int32_t> p = good;
+            bad.mutate(p, row, n, valid_last);
+            return check_bad_backward(s, e, up, &p, gpu, cpu_good, good_payload, stream);
+        });
+    }
+    t.run("payload: words past C * (W + R) and bits 18-30 are not read", [&] {
+        std::vector<int32_t> p = good;
+        for (int64_t c = 0; c < s.N; ++c) {
+            for (int r = n; r < row; ++r) p[c * row + r] = -1;
+            p[c * row] ^= 1 << 20;
+            p[c * row + 1] ^= 1 << 30;
+        }
+        DeviceBuffer d(p.size() * 4);
+        Bytes raw(p.size() * 4);
+        std::memcpy(raw.data(), p.data(), raw.size());
+        d.upload(raw);
+        return compare_grads(s, cpu_good,
+                             gpu.run(dev.view(true), static_cast<const int32_t*>(d.get()), kGradAll, stream));
+    });
+    t.run("payload: a bad word and an earlier chunk's bad gate", [&] {
+        std::vector<int32_t> p = good;
+        p[5 * row + 3] = p[5 * row + 2];
+        HostInputs in = make_inputs(s);
+        in.g[g_at(s, 3, 2, 1)] = INFINITY;
+        return check_bad_backward(s, in.encode(), up, &p, gpu, cpu_good, good_payload, stream);
+    });
+    t.run("payload: a bad word before a bad gate of its chunk", [&] {
+        std::vector<int32_t> p = good;
+        p[3 * row + 40] = p[3 * row + 2];
+        HostInputs in = make_inputs(s);
+        in.g[g_at(s, 3, 0, 0)] = INFINITY;
+        return check_bad_backward(s, in.encode(), up, &p, gpu, cpu_good, good_payload, stream);
+    });
+    for (bool with_payload : {true, false}) {
+        for (const BadData& bad : kBadData) {
+            if (!bad.is_error) continue;
+            HostInputs in = make_inputs(s);
+            bad.plant(s, in);
+            const Encoded eb = in.encode();
+            // With a payload the ids are not read: only the gates can be bad.
+            BackwardSpec probe;
+            probe.payload = with_payload;
+            const GradResult cpu = run_cpu_backward(s, eb, probe, up, nullptr, with_payload ? good.data() : nullptr);
+            if (cpu.status == SDM_P1_SUCCESS) continue;
+            t.run(std::string(bad.name) + (with_payload ? " (payload)" : " (sorted again)"), [&] {
+                return check_bad_backward(s, eb, up, with_payload ? &good : nullptr, gpu, cpu_good, good_payload,
+                                          stream);
+            });
+        }
+    }
+    t.run("a forward after a bad backward reports under its own name", [&] {
+        HostInputs in = make_inputs(s);
+        in.g[g_at(s, 1, 1, 1)] = std::nanf("");
+        const Encoded eb = in.encode();
+        const DeviceInputs bad(eb);
+        const GradResult r = gpu.run(bad.view(true), nullptr, kGradAll, stream);
+        if (r.status != SDM_P1_ERROR_INVALID_INPUT || r.error.rfind("sdm_p1_execute_backward: ", 0) != 0)
+            return "backward: " + r.error;
+        const RunResult cpu = run_cpu(s, eb);
+        if (gpu.plan().execute(bad.view(s.needs_beta()), stream) != SDM_P1_SUCCESS) return std::string("execute");
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        const RunResult fwd = gpu.plan().result();
+        return fwd.error == cpu.error ? std::string() : "message '" + fwd.error + "', the CPU's '" + cpu.error + "'";
+    });
+    // Bad per-stream lengths.
+    CaseSpec sl = s;
+    sl.stream_lengths({64, 17, 30}, true).streams(3, 1000);
+    sl.N = 12;
+    const Encoded el = make_inputs(sl).encode();
+    const std::vector<Bytes> up_l = make_upstream(sl, b);
+    const GradResult cpu_l = run_cpu_backward(sl, el, b, up_l);
+    const CudaBackward gpu_l(sl, up_l);
+    for (const BadData& bad : kBadLengths) {
+        if (!bad.is_error) continue;
+        t.run(std::string("lengths: ") + bad.name, [&] {
+            HostInputs in = make_inputs(sl);
+            bad.plant(sl, in);
+            return check_bad_backward(sl, in.encode(), up_l, nullptr, gpu_l, cpu_l, nullptr, stream);
+        });
+    }
+}
+
+// Host memory where the backward needs device memory: refused, naming the argument.
+void test_backward_arguments(Tally& t, const Options& o, cudaStream_t stream) {
+    const CaseSpec s = backward_case("bwd-arguments", o.seed, false);
+    const Encoded e = make_inputs(s).encode();
+    const BackwardSpec b;
+    const std::vector<Bytes> up = make_upstream(s, b);
+    const DeviceInputs dev(e);
+    const CudaBackward gpu(s, up);
+    const int32_t* payload = gpu.forward(dev, stream);
+    const auto refused = [](sdm_p1_status st, const char* needle) {
+        if (st != SDM_P1_ERROR_INVALID_ARGUMENT)
+            return std::string("got ") + sdm_p1_status_string(st) + ": " + sdm_p1_last_error();
+        const std::string m = sdm_p1_last_error();
+        if (m.rfind("sdm_p1_execute_backward: ", 0) != 0 || m.find(needle) == std::string::npos) return "message: " + m;
+        return std::string();
+    };
+    void* grads_out[4];
+    std::vector<float> host_g(static_cast<size_t>(s.N * s.C * s.W));
+    t.run("host memory as an upstream gradient", [&] {
+        std::vector<const void*> grads(gpu.grads(), gpu.grads() + SDM_P1_FIELD_COUNT);
+        grads[SDM_P1_FIELD_QK] = up[SDM_P1_FIELD_QK].data();
+        sdm_p1_input_grads out = SDM_P1_INPUT_GRADS_INITIALIZER;
+        const sdm_p1_inputs in = dev.view(true);
+        return refused(
+            sdm_p1_execute_backward(gpu.plan().get(), &in, payload, grads.data(), SDM_P1_FIELD_COUNT, &out, stream),
+            "grads[1] (qk) is host memory");
+    });
+    t.run("host memory as out->g", [&] {
+        grads_out[0] = grads_out[1] = grads_out[3] = nullptr;
+        grads_out[2] = host_g.data();
+        sdm_p1_input_grads out = grad_pointers(grads_out, kGradG);
+        const sdm_p1_inputs in = dev.view(true);
+        return refused(
+            sdm_p1_execute_backward(gpu.plan().get(), &in, payload, gpu.grads(), SDM_P1_FIELD_COUNT, &out, stream),
+            "out->g is host memory");
+    });
+    t.run("host memory as payload", [&] {
+        std::vector<int32_t> host_payload(static_cast<size_t>(s.N * 256));
+        sdm_p1_input_grads out = SDM_P1_INPUT_GRADS_INITIALIZER;
+        const sdm_p1_inputs in = dev.view(true);
+        return refused(sdm_p1_execute_backward(gpu.plan().get(), &in, host_payload.data(), gpu.grads(),
+                                               SDM_P1_FIELD_COUNT, &out, stream),
+                       "payload is host memory");
+    });
+    t.run("host memory as k_idx without a payload", [&] {
+        sdm_p1_inputs in = dev.view(true);
+        in.k_idx = e.k_idx.data();
+        sdm_p1_input_grads out = SDM_P1_INPUT_GRADS_INITIALIZER;
+        return refused(
+            sdm_p1_execute_backward(gpu.plan().get(), &in, nullptr, gpu.grads(), SDM_P1_FIELD_COUNT, &out, stream),
+            "inputs->k_idx is host memory");
+    });
+    t.run("host k_idx is not read with a payload", [&] {
+        sdm_p1_inputs in = dev.view(true);
+        in.k_idx = e.k_idx.data();
+        in.q_idx = nullptr;
+        const GradResult cpu = run_cpu_backward(s, e, b, up);
+        return compare_grads(s, cpu, gpu.run(in, payload, kGradAll, stream));
+    });
+    t.run("a plan without backward refuses", [&] {
+        CaseSpec f = s;
+        f.backward = false;
+        const CudaPlan plan(f, OutMode::Plan);
+        sdm_p1_input_grads out = SDM_P1_INPUT_GRADS_INITIALIZER;
+        const sdm_p1_inputs in = dev.view(true);
+        return refused(sdm_p1_execute_backward(plan.get(), &in, nullptr, nullptr, 0, &out, stream),
+                       "without sdm_p1_desc.backward = 1");
+    });
+}
+
+// The backward's device time next to the forward's on two shapes (S1's uniform ids and S7's
+// Zipf 1.1 ids, at N = 1024 and 256): median of 20 runs each, by CUDA events. Printed, not
+// checked.
+void report_backward_cost(Tally& t, cudaStream_t stream) {
+    CaseSpec s1 = spec("S1", 1024, 64, 32, 32, 65536).streams(128, 65536).key_mode(Keys::Distinct).hits(0.0);
+    s1.gate_kind(Gates::Logsigmoid).bfloat16();
+    CaseSpec s7 = spec("S7", 256, 64, 32, 32, 65536).streams(128, 65536).skewed(1.1).gate_kind(Gates::Logsigmoid);
+    s7.bfloat16();
+    for (CaseSpec s : {s1, s7}) {
+        t.run(s.name + " forward and backward", [&] {
+            s.backward = true;
+            const Encoded e = make_inputs(s).encode();
+            const BackwardSpec b;
+            const std::vector<Bytes> up = make_upstream(s, b);
+            const DeviceInputs dev(e);
+            const CudaBackward gpu(s, up);
+            const int32_t* payload = gpu.forward(dev, stream);
+            cudaEvent_t start, stop;
+            CUDA_CHECK(cudaEventCreate(&start));
+            CUDA_CHECK(cudaEventCreate(&stop));
+            const auto median_ms = [&](const std::function<sdm_p1_status()>& call) {
+                std::vector<float> ms;
+                for (int rep = -3; rep < 20; ++rep) {
+                    CUDA_CHECK(cudaEventRecord(start, stream));
+                    if (call() != SDM_P1_SUCCESS) throw std::runtime_error(sdm_p1_last_error());
+                    CUDA_CHECK(cudaEventRecord(stop, stream));
+                    CUDA_CHECK(cudaEventSynchronize(stop));
+                    float x = 0;
+                    CUDA_CHECK(cudaEventElapsedTime(&x, start, stop));
+                    if (rep >= 0) ms.push_back(x);
+                }
+                std::sort(ms.begin(), ms.end());
+                return ms[ms.size() / 2];
+            };
+            const sdm_p1_inputs in = dev.view(true);
+            const double fwd = median_ms([&] { return gpu.plan().enqueue(dev.view(false), stream); });
+            const double bwd = median_ms([&] { return gpu.enqueue(in, payload, kGradAll, stream); });
+            const double sorted = median_ms([&] { return gpu.enqueue(in, nullptr, kGradAll, stream); });
+            CUDA_CHECK(cudaEventDestroy(start));
+            CUDA_CHECK(cudaEventDestroy(stop));
+            std::printf(
+                "  %s N=%lld C=%lld W=%lld R=%lld bf16, every upstream gradient: forward %.3f ms, backward "
+                "%.3f ms (payload given), %.3f ms (sorted again)\n",
+                s.name.c_str(), (long long)s.N, (long long)s.C, (long long)s.W, (long long)s.R, fwd, bwd, sorted);
+            return std::string();
+        });
+    }
+}
+
+void run_backward_api_families(Tally& t, const Options& o, cudaStream_t stream) {
+    family(t, o, "bwd_api", [&] { test_backward_api(t, o, stream); });
+    family(t, o, "bwd_determinism", [&] { test_backward_determinism(t, o); });
+    family(t, o, "bwd_graph", [&] { test_backward_graph(t, o); });
+    family(t, o, "bwd_bad_data", [&] { test_backward_bad_data(t, o, stream); });
+    if (!o.quick) family(t, o, "bwd_cost", [&] { report_backward_cost(t, stream); });   // timing
+    // Last: should a host pointer get through to a kernel, the context is lost for what follows.
+    family(t, o, "bwd_arguments", [&] { test_backward_arguments(t, o, stream); });
+}
+
 void run_api_families(Tally& t, const Options& o, cudaStream_t stream) {
     family(t, o, "output_modes", [&] { test_output_modes(t, o, stream); });
     family(t, o, "determinism", [&] { test_determinism(t, o); });
@@ -856,8 +1440,10 @@ int run(const Options& o) {
         run_comparison_families(t, o, nullptr);
     } else {
         Stream stream;
-        run_comparison_families(t, o, stream.s);
-        run_api_families(t, o, stream.s);
+        if (!o.backward_only) run_comparison_families(t, o, stream.s);
+        run_backward_families(t, o, stream.s);
+        run_backward_api_families(t, o, stream.s);
+        if (!o.backward_only) run_api_families(t, o, stream.s);
     }
     std::printf("%d passed, %d failed\n", t.total_passed(), t.total_failed());
     return t.total_failed() == 0 && t.total_passed() > 0 ? 0 : 1;

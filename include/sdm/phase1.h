@@ -498,9 +498,12 @@ SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* 
  * sdm_p1_last_error(). The outputs of such an execute are unspecified.
  * CUDA backend: the kernels write the result to the plan's workspace; call this only after
  * the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a
- * device synchronize), from any thread. It copies 24 bytes (32 when there is an offender)
+ * device synchronize), from any thread. It copies 48 bytes (56 when there is an offender)
  * from the device with cudaMemcpy, so it also waits for work queued on the legacy default
- * stream. Each execute clears the result first (graph replays too).
+ * stream. Each execute clears the result first (graph replays too). Since 1.3 an
+ * sdm_p1_execute_backward is an execute here too: the result is that of whichever of the two
+ * ran last on the plan, its message under that function's name (a backward's also names a
+ * bad payload word).
  * CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors).
  * A plan never executed: SDM_P1_SUCCESS.
  *
@@ -626,19 +629,27 @@ typedef struct sdm_p1_input_grads {
  *          (SDM_P1_ERROR_INVALID_ARGUMENT, "grads[10] (payload): the output is not
  *          differentiable"), as is a KSPA gradient without inputs->beta.
  * out:     the gradients to compute (sdm_p1_input_grads).
- * stream:  unused by the CPU backend, which runs the chunks on the calling thread and the
- *          plan's workers, and returns when the gradients are complete.
+ * stream:  the CUDA stream (cudaStream_t) to run on (NULL: the default stream), as at
+ *          sdm_p1_execute: the CUDA backend only enqueues work (no host synchronization, no
+ *          allocation: the plan's workspace holds what it needs), may be captured in a CUDA
+ *          graph, and checks that every pointer it reads or writes is device memory of the
+ *          plan's device. The plan's workspace serves its forward and backward alike: at most
+ *          one of them runs on a plan at a time. The CPU backend ignores it, runs the chunks
+ *          on the calling thread and the plan's workers, and returns when the gradients are
+ *          complete.
  * What is differentiated is the exact function: the roundings of the outputs to float32 or
  * bfloat16, of gates to fixed point and the clamp of exp at 700 are taken as the identity.
  * Each gradient is a double sum in one fixed order (docs/backward.md), rounded once: the
  * bits never depend on the number of threads, and are the same on every backend that
  * computes them. Only first derivatives: the backward is not itself differentiable.
  * Errors: SDM_P1_ERROR_INVALID_ARGUMENT for NULL or misaligned pointers, a bad count, a
- * non-differentiable gradient, a plan without backward; SDM_P1_ERROR_INVALID_INPUT for bad
- * data (the first bad stream length, else the first bad chunk in chunk order: its payload,
- * ids or gates). Nothing is written on any error.
- * CUDA backend: not yet implemented; a CUDA plan (created with backward = 1 or not) returns
- * SDM_P1_ERROR_UNSUPPORTED here, and its forward works as before. */
+ * non-differentiable gradient, a plan without backward (CUDA: memory that is not the plan's
+ * device's); SDM_P1_ERROR_INVALID_INPUT for bad data (the first bad stream length, else the
+ * first bad chunk in chunk order: its payload, ids or gates). CPU backend: returned here,
+ * and nothing is written on any error. CUDA backend: bad data are found on the device, as at
+ * sdm_p1_execute: this call succeeds and sdm_p1_execute_status, after the stream is
+ * synchronized, reports the CPU backend's message for the same data; the gradients of such
+ * a backward are unspecified. The bits of every gradient are the CPU backend's. */
 SDM_P1_API sdm_p1_status sdm_p1_execute_backward(sdm_p1_plan* plan, const sdm_p1_inputs* inputs, const int32_t* payload,
                                                  const void* const* grads, int32_t count, const sdm_p1_input_grads* out,
                                                  void* stream);

@@ -10,6 +10,7 @@
 #include "../checked_size.h"
 #include "../errors.h"
 #include "../input_error.h"
+#include "../payload_error.h"
 #include "architectures.h"
 
 namespace sdm_p1 {
@@ -122,6 +123,16 @@ KernelShape kernel_shape(const Options& o) {
     return s;
 }
 
+// The device's payload problems are PayloadError's (kernels/backward/backward_launch.h).
+static_assert(kPayloadNoEntry == PayloadError::kNoEntry && kPayloadTwice == PayloadError::kTwice &&
+                  kPayloadPaddingBit == PayloadError::kPaddingBit &&
+                  kPayloadPaddingFirst == PayloadError::kPaddingFirst && kPayloadNoHead == PayloadError::kNoHead,
+              "the payload problems agree");
+
+// Backward plans: the backward's slices may take the plan's outputs' bytes, and at least this
+// many (the backward's gradients are small next to its slices, 130 bytes or so an entry).
+constexpr size_t kBackwardSliceFloor = size_t{64} << 20;
+
 // SDMP1_LOG's line (Backend::prepare).
 void log_plan(const Options& o, const LaunchConfig& c) {
     const char* const env = std::getenv("SDMP1_LOG");
@@ -199,7 +210,17 @@ void Backend::prepare(const Options& o, size_t output_bytes) {
     wide_offset_ = checked_add(value_offset_, values, what);
     general_offset_ = checked_add(wide_offset_, values, what);
     scratch_offset_ = checked_add(general_offset_, values, what);
-    const size_t scratch = checked_mul(static_cast<size_t>(config_.grid), config_.scratch_per_block, what);
+    size_t scratch = checked_mul(static_cast<size_t>(config_.grid), config_.scratch_per_block, what);
+    if (o.backward) {
+        // The backward's slices share the forward's scratch: a plan runs one at a time.
+        payload_value_offset_ = scratch_offset_;
+        scratch_offset_ = checked_add(payload_value_offset_, values, what);
+        const size_t budget = output_bytes > kBackwardSliceFloor ? output_bytes : kBackwardSliceFloor;
+        const int b = backward_configure(kernel_shape(o), device_, budget, &backward_);
+        check(static_cast<cudaError_t>(b), "configuring the Phase 1 backward kernel");
+        const size_t slices = checked_mul(static_cast<size_t>(backward_.grid), backward_.layout.bytes, what);
+        if (slices > scratch) scratch = slices;
+    }
     workspace_bytes_ = checked_add(scratch_offset_, scratch, what);
     log_plan(o, config_);
 }
@@ -223,17 +244,17 @@ void Backend::release(Block& block) const noexcept {
     }
 }
 
-void require_device_pointer(const void* p, int device, const char* kind, const char* name) {
+void require_device_pointer(const void* p, int device, const char* kind, const char* name, const char* who) {
     cudaPointerAttributes attr{};
     const cudaError_t e = cudaPointerGetAttributes(&attr, p);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", kind, name, " is not memory CUDA knows (",
-             cudaGetErrorString(e), "); a CUDA plan needs device memory of device ", device);
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": ", kind, name, " is not memory CUDA knows (", cudaGetErrorString(e),
+             "); a CUDA plan needs device memory of device ", device);
     }
     const bool on_device = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
     if (!on_device || attr.device != device) {
-        fail(SDM_P1_ERROR_INVALID_ARGUMENT, "sdm_p1_execute: ", kind, name, " is ", memory_kind(attr.type),
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": ", kind, name, " is ", memory_kind(attr.type),
              on_device ? " of device " : "", on_device ? std::to_string(attr.device) : std::string(),
              "; a CUDA plan needs device memory of device ", device);
     }
@@ -249,7 +270,7 @@ void DevicePointerCheck::require(const void* p, const char* kind, const char* na
         if (count_ < 8) ranges_[count_++] = Range{begin, end};
         return;
     }
-    require_device_pointer(p, device_, kind, name);
+    require_device_pointer(p, device_, kind, name, who_);
     const AddressRange range = address_range_function();
     unsigned long long base = 0;
     size_t size = 0;
@@ -292,8 +313,60 @@ void Backend::execute(const Options&, const InputRecord& in, void* workspace, vo
     check(static_cast<cudaError_t>(launch(config_, a, stream)), "launching the Phase 1 kernel");
 }
 
-void Backend::execute_backward(const Options&, const BackwardRecord&, void*, void*) {
-    fail(SDM_P1_ERROR_UNSUPPORTED, "sdm_p1_execute_backward: not yet on CUDA (a CPU plan computes the backward)");
+void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* workspace, void* stream) {
+    const DeviceGuard guard(device_);
+    DevicePointerCheck memory(device_, "sdm_p1_execute_backward");
+    const InputRecord& in = b.in;
+    if (b.payload == nullptr) {
+        memory.require(in.k_idx, "inputs->", "k_idx");
+        memory.require(in.q_idx, "inputs->", "q_idx");
+    }
+    memory.require(in.k_val, "inputs->", "k_val");
+    memory.require(in.q_val, "inputs->", "q_val");
+    memory.require(in.g, "inputs->", "g");
+    if (b.up.kspa != nullptr) memory.require(in.beta, "inputs->", "beta");
+    if (in.stream_lengths != nullptr) memory.require(in.stream_lengths, "inputs->", "stream_lengths");
+    if (b.payload != nullptr) memory.require(b.payload, "", "payload");
+    // The upstream gradients given, named as backward_plan.cpp names them.
+    const struct {
+        const void* data;
+        const char* name;
+    } upstream[] = {
+        {b.up.a, "grads[0] (a)"},         {b.up.qk, "grads[1] (qk)"},      {b.up.log_k, "grads[2] (log_k)"},
+        {b.up.log_q, "grads[3] (log_q)"}, {b.up.rex, "grads[4] (rex)"},    {b.up.cpe, "grads[5] (cpe)"},
+        {b.up.k_eff, "grads[8] (k_eff)"}, {b.up.q_w, "grads[9] (q_w)"},    {b.up.krec, "grads[18] (krec)"},
+        {b.up.kspa, "grads[19] (kspa)"},  {b.up.qrec, "grads[20] (qrec)"}, {b.up.qrec8, "grads[27] (qrec8)"}};
+    for (const auto& u : upstream) {
+        if (u.data != nullptr) memory.require(u.data, "", u.name);
+    }
+    const InputGradBuffers& g = b.grads;
+    if (g.k_val != nullptr) memory.require(g.k_val, "out->", "k_val");
+    if (g.q_val != nullptr) memory.require(g.q_val, "out->", "q_val");
+    if (g.g != nullptr) memory.require(g.g, "out->", "g");
+    if (g.beta != nullptr) memory.require(g.beta, "out->", "beta");
+    char* ws = static_cast<char*>(workspace);
+    BackwardArgs a{};
+    a.k = args_;
+    a.k.k_idx = in.k_idx;
+    a.k.q_idx = in.q_idx;
+    a.k.k_val = in.k_val;
+    a.k.q_val = in.q_val;
+    a.k.g = in.g;
+    a.k.beta = b.up.kspa != nullptr ? in.beta : nullptr;
+    a.k.stream_lengths = in.stream_lengths;
+    a.k.lengths64 = in.lengths64;
+    a.k.status = reinterpret_cast<DeviceStatus*>(ws + status_offset_);
+    a.k.chunk_value = reinterpret_cast<uint64_t*>(ws + value_offset_);
+    a.payload = b.payload;
+    a.row = o.row();
+    a.grad_bf16 = o.grad_bf16;
+    a.compute = g.k_val != nullptr || g.q_val != nullptr || g.g != nullptr || g.beta != nullptr;
+    a.up = b.up;
+    a.grads = g;
+    a.slices = ws + scratch_offset_;
+    a.layout = backward_.layout;
+    a.payload_value = reinterpret_cast<uint64_t*>(ws + payload_value_offset_);
+    check(static_cast<cudaError_t>(backward_launch(backward_, a, stream)), "launching the Phase 1 backward kernel");
 }
 
 void Backend::check_status(const Options& o, void* workspace) const {
@@ -301,6 +374,7 @@ void Backend::check_status(const Options& o, void* workspace) const {
     DeviceStatus status{};
     check(cudaMemcpy(&status, ws + status_offset_, sizeof status, cudaMemcpyDeviceToHost),
           "cudaMemcpy (reading the data check)");
+    const char* const who = status.backward == 0u ? "sdm_p1_execute_backward" : "sdm_p1_execute";
     if (status.bad_stream != ~0ull) {
         // The length error comes first, as on the CPU, which checks lengths before any chunk.
         const int64_t stream = static_cast<int64_t>(status.bad_stream);
@@ -308,7 +382,26 @@ void Backend::check_status(const Options& o, void* workspace) const {
         check(cudaMemcpy(&length, ws + value_offset_ + static_cast<size_t>(stream) * sizeof(uint64_t), sizeof length,
                          cudaMemcpyDeviceToHost),
               "cudaMemcpy (reading the data check)");
-        report_length_error(o, stream, static_cast<int64_t>(length));
+        report_length_error(o, stream, static_cast<int64_t>(length), who);
+    }
+    // A backward's bad payload word: first where its chunk is the first bad one (the CPU checks
+    // a chunk's payload before its gates).
+    const uint64_t payload_chunk = status.payload_key >> kStatusCodeBits;
+    if (status.backward == 0u && status.payload_key != ~0ull &&
+        (status.key == ~0ull || payload_chunk <= status.key >> kStatusCodeBits)) {
+        const int64_t c = static_cast<int64_t>(payload_chunk);
+        const uint32_t code = static_cast<uint32_t>(status.payload_key & ((1u << kStatusCodeBits) - 1u));
+        uint64_t bits = 0;
+        check(cudaMemcpy(&bits, ws + payload_value_offset_ + static_cast<size_t>(c) * sizeof(uint64_t), sizeof bits,
+                         cudaMemcpyDeviceToHost),
+              "cudaMemcpy (reading the data check)");
+        PayloadError err{};
+        err.found = true;
+        err.problem = static_cast<PayloadError::Problem>(code & 7u);
+        err.position = static_cast<int>(code >> 3);
+        err.word = static_cast<uint32_t>(bits);
+        err.t_valid = static_cast<int>(bits >> 32);
+        report_payload_error(o, c, err);
     }
     if (status.key == ~0ull) return;
     const int64_t c = static_cast<int64_t>(status.key >> kStatusCodeBits);
@@ -333,7 +426,7 @@ void Backend::check_status(const Options& o, void* workspace) const {
         uint32_t g = static_cast<uint32_t>(bits);
         memcpy(&err.gate_value, &g, sizeof g);
     }
-    report_input_error(o, c, err);
+    report_input_error(o, c, err, who);
 }
 
 }   // namespace cuda

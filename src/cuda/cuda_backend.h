@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../../kernels/backward/backward_launch.h"
 #include "../../kernels/launch.h"
 #include "../backend.h"
 #include "sdm/phase1.h"
@@ -36,9 +37,11 @@ private:
 // INVALID_ARGUMENT (no such device).
 int resolve_device(int requested);
 
-// Throws INVALID_ARGUMENT unless p is device memory of `device`; the message names the field
-// as `kind` followed by `name` (e.g. "inputs->", "k_idx"), built only on failure.
-void require_device_pointer(const void* p, int device, const char* kind, const char* name);
+// Throws INVALID_ARGUMENT unless p is device memory of `device`; the message names the call
+// `who` and the field as `kind` followed by `name` (e.g. "inputs->", "k_idx"), built only on
+// failure.
+void require_device_pointer(const void* p, int device, const char* kind, const char* name,
+                            const char* who = "sdm_p1_execute");
 
 // The same check for the pointers of one execute, asking CUDA once per allocation: a pointer
 // inside an allocation that an earlier pointer was found in (its address range) is device
@@ -51,7 +54,7 @@ void require_device_pointer(const void* p, int device, const char* kind, const c
 // be current.
 class DevicePointerCheck {
 public:
-    explicit DevicePointerCheck(int device) : device_(device) {}
+    explicit DevicePointerCheck(int device, const char* who = "sdm_p1_execute") : device_(device), who_(who) {}
     void require(const void* p, const char* kind, const char* name);
 
 private:
@@ -59,6 +62,7 @@ private:
         uintptr_t begin, end;
     };
     int device_;
+    const char* who_;
     Range ranges_[8] = {};
     int count_ = 0;
 };
@@ -87,22 +91,28 @@ public:
     // device, then enqueues the kernels on `stream` with the device current.
     void execute(const Options& o, const InputRecord& in, void* workspace, void* stream) override;
 
-    // Not yet on CUDA: throws UNSUPPORTED.
+    // Checks that the inputs, payload, upstream gradients and gradient buffers are memory of
+    // the plan's device, then enqueues the backward's kernel (kernels/backward/) on `stream`
+    // with the device current. Bad data are found on the device, as at execute.
     void execute_backward(const Options& o, const BackwardRecord& b, void* workspace, void* stream) override;
 
-    // Reads the data check of the last execute: returns normally when the data were good,
-    // else throws INVALID_INPUT with the CPU backend's message.
+    // Reads the data check of the last execute or backward (the status says which ran): returns
+    // normally when the data were good, else throws INVALID_INPUT with the CPU backend's
+    // message, under the name of the call that ran.
     void check_status(const Options& o, void* workspace) const override;
 
 private:
     int device_;
     LaunchConfig config_{};
-    KernelArgs args_{};           // every argument but the pointers of an execute
-    size_t status_offset_ = 0;    // DeviceStatus
-    size_t value_offset_ = 0;     // uint64[N] bits of each chunk's first bad value
-    size_t wide_offset_ = 0;      // uint64[N] the chunks left to the wide-log kernel
-    size_t general_offset_ = 0;   // uint64[N] the chunks the lean kernel left to the main kernel
-    size_t scratch_offset_ = 0;   // global scratch of the blocks (config_), if any
+    KernelArgs args_{};                 // every argument but the pointers of an execute
+    size_t status_offset_ = 0;          // DeviceStatus
+    size_t value_offset_ = 0;           // uint64[N] bits of each chunk's first bad value
+    size_t wide_offset_ = 0;            // uint64[N] the chunks left to the wide-log kernel
+    size_t general_offset_ = 0;         // uint64[N] the chunks the lean kernel left to the main kernel
+    size_t payload_value_offset_ = 0;   // backward plans: uint64[N] each chunk's first bad payload word
+    size_t scratch_offset_ = 0;         // global scratch of the blocks (config_), if any; a backward
+                                        // plan's backward slices (backward_) from the same offset
+    BackwardConfig backward_{};         // backward plans: the backward's configuration
     size_t workspace_bytes_ = 0;
 };
 
