@@ -425,8 +425,8 @@ thread_sanitized_tests() {
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/test_cpu"
 }
 
-# The libFuzzer harness tests/fuzz/fuzz_api.cpp for a bounded time, from the committed seed
-# corpus, under ASan + UBSan (clang, host code). A crash, a sanitizer report, a broken promise
+# The libFuzzer harness tests/fuzz/fuzz_api.cpp (the forward and the backward) for a bounded
+# time, from the committed seed corpus, under ASan + UBSan (clang, host code). A crash, a sanitizer report, a broken promise
 # of the API (an undocumented status, a message missing, 1-thread and n-thread bits that
 # differ, ...) or an input running over 10 s fails, leaving the input to replay.
 fuzz_tests() {

@@ -147,7 +147,8 @@ Options resolve_options(const sdm_p1_desc* desc) {
             "must be 0, 1 or SDM_P1_UNSET");
     o.backward = d.backward == 1;
     const int32_t value_dtype = o.bf16 ? SDM_P1_DTYPE_BFLOAT16 : SDM_P1_DTYPE_FLOAT32;
-    require(d.grad_dtype == 0 || d.grad_dtype == SDM_P1_UNSET || d.grad_dtype == SDM_P1_DTYPE_FLOAT32 ||
+    // Ignored without backward (the header): a forward-only plan accepts any value.
+    require(!o.backward || d.grad_dtype == 0 || d.grad_dtype == SDM_P1_UNSET || d.grad_dtype == SDM_P1_DTYPE_FLOAT32 ||
                 d.grad_dtype == value_dtype,
             "grad_dtype", d.grad_dtype,
             "the gradients of k_val / q_val are SDM_P1_DTYPE_FLOAT32 or the value dtype (0 or SDM_P1_UNSET)");

@@ -333,6 +333,18 @@ void test_desc_fields() {
     sdm_p1_plan_destroy(plan);
     const sdm_p1_desc defaults = SDM_P1_DESC_INITIALIZER;
     CHECK(defaults.backward == 0 && defaults.grad_dtype == 0);
+    // Ignored without backward: a forward-only plan accepts any grad_dtype (found by fuzz_api:
+    // a forward-only plan was refused for it).
+    for (int32_t backward : {0, SDM_P1_UNSET}) {
+        for (int32_t grad_dtype : {int32_t{SDM_P1_DTYPE_INT32}, int32_t{7}, INT32_MIN}) {
+            p.desc.backward = backward;
+            p.desc.grad_dtype = grad_dtype;
+            CHECK_MSG(sdm_p1_plan_create(&plan, &p.desc) == SDM_P1_SUCCESS, sdm_p1_last_error());
+            CHECK(sdm_p1_plan_desc(plan, &got) == SDM_P1_SUCCESS);
+            CHECK(got.backward == 0 && got.grad_dtype == SDM_P1_DTYPE_BFLOAT16);   // the value dtype
+            sdm_p1_plan_destroy(plan);
+        }
+    }
 }
 
 void test_bad_data_refused_nothing_written() {

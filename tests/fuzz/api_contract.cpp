@@ -21,6 +21,10 @@ bool documented(Call kind, bool cuda, sdm_p1_status s) {
             // OUT_OF_MEMORY: host memory for the CPU backend's threads.
             return s == SDM_P1_SUCCESS || s == SDM_P1_ERROR_INVALID_ARGUMENT || s == SDM_P1_ERROR_INVALID_INPUT ||
                    s == SDM_P1_ERROR_OUT_OF_MEMORY;
+        case Call::Backward:
+            // As execute; the CUDA backend refuses the backward (not yet implemented).
+            return s == SDM_P1_SUCCESS || s == SDM_P1_ERROR_INVALID_ARGUMENT || s == SDM_P1_ERROR_INVALID_INPUT ||
+                   s == SDM_P1_ERROR_OUT_OF_MEMORY || (cuda && s == SDM_P1_ERROR_UNSUPPORTED);
         case Call::Query:
             return s == SDM_P1_SUCCESS || s == SDM_P1_ERROR_INVALID_ARGUMENT;
         case Call::ExecuteStatus:
@@ -119,6 +123,7 @@ bool same_options(const sdm_p1_desc& a, const sdm_p1_desc& b, bool with_threads)
            a.index_dtype == b.index_dtype && a.value_dtype == b.value_dtype && a.gate_width == b.gate_width &&
            a.need_read_groups == b.need_read_groups && a.det_fields == b.det_fields && a.rec_tile == b.rec_tile &&
            a.backend == b.backend && a.device == b.device && a.output_mode == b.output_mode &&
+           a.backward == b.backward && a.grad_dtype == b.grad_dtype &&
            (!with_threads || a.num_threads == b.num_threads);
 }
 

@@ -20,6 +20,7 @@ namespace fuzz {
 enum class Call {
     Create,          // sdm_p1_plan_create
     Execute,         // sdm_p1_execute
+    Backward,        // sdm_p1_execute_backward (CUDA: SDM_P1_ERROR_UNSUPPORTED until it is written)
     Query,           // sdm_p1_outputs, sdm_p1_plan_desc, sdm_p1_workspace_size
     ExecuteStatus,   // sdm_p1_execute_status
     Destroy,         // sdm_p1_plan_destroy

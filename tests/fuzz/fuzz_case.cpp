@@ -1,9 +1,11 @@
 #include "fuzz_case.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <string>
 
 namespace fuzz {
 
@@ -239,6 +241,122 @@ void fill_lengths(Case& c, Bytes& b) {
 
 StructForm struct_form(Bytes& b) { return b.chance(16) ? static_cast<StructForm>(b.u8() % 4) : StructForm::Plain; }
 
+// The fields without an upstream gradient, each of which a call may give one (refused).
+constexpr int kNotDifferentiable[] = {
+    SDM_P1_FIELD_IS_LAST, SDM_P1_FIELD_IS_ONLY, SDM_P1_FIELD_PAYLOAD, SDM_P1_FIELD_POS_K,   SDM_P1_FIELD_POS_Q,
+    SDM_P1_FIELD_Q_LAST,  SDM_P1_FIELD_Q_ONLY,  SDM_P1_FIELD_SPAY_K,  SDM_P1_FIELD_SPAY_Q,  SDM_P1_FIELD_SPAY_RANK,
+    SDM_P1_FIELD_TILES_K, SDM_P1_FIELD_TILES_Q, SDM_P1_FIELD_SEGB_K,  SDM_P1_FIELD_DC_KPOS, SDM_P1_FIELD_DC_BPRE,
+    SDM_P1_FIELD_DC_REC,  SDM_P1_FIELD_REPEATS,
+};
+
+// Upstream values: ordinary ones and, by a knob, NaN, infinite, huge, subnormal and zeros.
+constexpr float kEdgeUpstream[] = {
+    kNaN, kInf, -kInf, 3.4028235e38f, -3.4028235e38f, 1e-40f, -1e-45f, 0.0f, -0.0f, 1e30f, 1.1754944e-38f, -1e20f,
+};
+
+// The upstream gradient of field f for call `index`: ordinary values, a share `edges` / 256 of
+// edge values, and a share `garbage` / 256 of the never-read cells NaN or random bits.
+std::vector<uint8_t> upstream_values(const Case& c, int f, int index, int edges, int garbage) {
+    const size_t n = upstream_elements(c.desc, f), bytes = upstream_element_bytes(c.desc, f);
+    std::vector<uint8_t> out(n * bytes);
+    Rng rng{c.seed ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(f + 1)) ^ static_cast<uint64_t>(index) << 56};
+    const bool lengths_valid = valid_tokens(c, 0) >= 0;
+    for (size_t i = 0; i < n; ++i) {
+        float v = std::ldexp(rng.unit(), static_cast<int>(rng.next() % 17) - 8);
+        const bool unread = lengths_valid && garbage > 0 && unread_upstream(c, f, i);
+        if (rng.chance(edges) || (unread && rng.chance(garbage)))
+            v = kEdgeUpstream[rng.next() % count_of(kEdgeUpstream)];
+        uint8_t* p = out.data() + i * bytes;
+        if (bytes == 2) {
+            const bool raw = unread ? rng.chance(garbage) : rng.chance(edges / 4);
+            const uint16_t bits = raw ? static_cast<uint16_t>(rng.next()) : to_bf16(v);
+            std::memcpy(p, &bits, 2);
+        } else if (unread && rng.chance(garbage / 2)) {
+            const uint32_t bits = static_cast<uint32_t>(rng.next());
+            std::memcpy(p, &bits, 4);
+        } else {
+            std::memcpy(p, &v, 4);
+        }
+    }
+    return out;
+}
+
+// The backward section: the plans' backward and grad_dtype and the calls (see fuzz_case.h).
+// Zero bytes (past the end) give no backward; after the first byte, zero bytes give the
+// plainest call: the forward's payload, every upstream gradient and every input gradient.
+void decode_backward(Case& c, Bytes& b) {
+    sdm_p1_desc& d = c.desc;
+    const uint8_t on = b.u8();
+    if (on < 64) return;
+    const int32_t odd_backward[] = {0, SDM_P1_UNSET, 2, INT32_MIN};   // 2 and INT32_MIN: refused
+    d.backward = on % 16 == 15 ? odd_backward[b.u8() % 4] : 1;
+    const int32_t value_dtype = d.value_dtype;
+    const int32_t odd_grad[] = {SDM_P1_DTYPE_INT32, 7, SDM_P1_DTYPE_INT8, INT32_MIN};
+    switch (b.u8() % 8) {
+        case 0:
+        case 1:
+            d.grad_dtype = 0;
+            break;
+        case 2:
+            d.grad_dtype = SDM_P1_UNSET;
+            break;
+        case 3:
+        case 4:
+            d.grad_dtype = SDM_P1_DTYPE_FLOAT32;
+            break;
+        case 5:
+            d.grad_dtype = value_dtype;
+            break;
+        case 6:
+            d.grad_dtype = SDM_P1_DTYPE_BFLOAT16;   // refused unless the values are bfloat16
+            break;
+        default:
+            d.grad_dtype = odd_grad[b.u8() % 4];
+            break;
+    }
+    if (!c.runnable) return;   // created (or refused), never executed
+    const int calls = 1 + b.u8() % 3;
+    for (int k = 0; k < calls; ++k) {
+        BackwardCall call{};
+        const uint8_t mode = b.u8() % 8;
+        call.payload = mode < 3   ? PayloadMode::Forward
+                       : mode < 5 ? PayloadMode::Null
+                       : mode < 7 ? PayloadMode::Corrupt
+                                  : PayloadMode::Stale;
+        if (call.payload == PayloadMode::Corrupt) {
+            call.corruption = static_cast<Corruption>(b.u8() % static_cast<uint8_t>(Corruption::Count));
+            call.corrupt_arg = b.u32();
+        }
+        const uint8_t misuse = b.u8();
+        call.misuse = misuse >= 216
+                          ? static_cast<BackwardMisuse>(1 + misuse % (static_cast<uint8_t>(BackwardMisuse::Count) - 1))
+                          : BackwardMisuse::None;
+        const uint8_t count = b.u8();
+        call.count = count >= 232 ? count % SDM_P1_FIELD_COUNT : SDM_P1_FIELD_COUNT;
+        const uint8_t nondiff = b.u8();
+        call.nondiff_field = nondiff >= 224 ? kNotDifferentiable[nondiff % count_of(kNotDifferentiable)] : -1;
+        const uint32_t upstream = ~(b.u8() | static_cast<uint32_t>(b.u8()) << 8);   // bit per differentiable field
+        const uint8_t requested = b.u8();
+        call.requested = ~requested & 15u;
+        call.misaligned = requested >= 240 ? 1u << (requested % 4) : 0u;
+        call.out_form = struct_form(b);
+        const uint8_t flags = b.u8();
+        call.check_unread = (flags & 1u) == 0;
+        call.twice = (flags & 2u) == 0;
+        const int edges = b.u8() / 4, garbage = b.u8();
+        int bit = 0;
+        for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
+            if (!differentiable(f)) continue;
+            if ((upstream >> bit++ & 1u) != 0) call.up[f] = upstream_values(c, f, k, edges, garbage);
+        }
+        if (call.nondiff_field >= 0) {
+            // Room for the field's view, so that a library reading it reads nothing out of bounds.
+            call.up[call.nondiff_field].assign(static_cast<size_t>(d.N * d.C * (d.W + d.R)) * 16 + 64, 0);
+        }
+        c.backward.push_back(std::move(call));
+    }
+}
+
 }   // namespace
 
 uint32_t Bytes::u32() {
@@ -366,6 +484,7 @@ Case decode_case(const uint8_t* data, size_t size) {
         c.steps.push_back(Step{op, b.u32()});
     }
     if (c.runnable) fill_lengths(c, b);
+    decode_backward(c, b);
     return c;
 }
 
@@ -387,6 +506,188 @@ void poke(Case& c, uint32_t arg) {
     } else {
         store_value(c, input, i, kEdgeValues[kind % count_of(kEdgeValues)], nullptr);
     }
+}
+
+bool differentiable(int f) {
+    switch (f) {
+        case SDM_P1_FIELD_A:
+        case SDM_P1_FIELD_QK:
+        case SDM_P1_FIELD_LOG_K:
+        case SDM_P1_FIELD_LOG_Q:
+        case SDM_P1_FIELD_REX:
+        case SDM_P1_FIELD_CPE:
+        case SDM_P1_FIELD_K_EFF:
+        case SDM_P1_FIELD_Q_W:
+        case SDM_P1_FIELD_KREC:
+        case SDM_P1_FIELD_KSPA:
+        case SDM_P1_FIELD_QREC:
+        case SDM_P1_FIELD_QREC8:
+            return true;
+        default:
+            return false;
+    }
+}
+
+size_t upstream_elements(const sdm_p1_desc& d, int f) {
+    const size_t tokens = static_cast<size_t>(d.N * d.C);
+    switch (f) {
+        case SDM_P1_FIELD_A:
+        case SDM_P1_FIELD_QK:
+            return tokens * static_cast<size_t>(d.C);
+        case SDM_P1_FIELD_LOG_Q:
+        case SDM_P1_FIELD_Q_W:
+        case SDM_P1_FIELD_QREC:
+        case SDM_P1_FIELD_QREC8:
+            return tokens * static_cast<size_t>(d.R);
+        case SDM_P1_FIELD_KREC:
+            return 2 * tokens * static_cast<size_t>(d.W);
+        case SDM_P1_FIELD_LOG_K:
+        case SDM_P1_FIELD_REX:
+        case SDM_P1_FIELD_CPE:
+        case SDM_P1_FIELD_K_EFF:
+        case SDM_P1_FIELD_KSPA:
+            return tokens * static_cast<size_t>(d.W);
+        default:
+            return 0;
+    }
+}
+
+size_t upstream_element_bytes(const sdm_p1_desc& d, int f) {
+    const bool value_typed = f == SDM_P1_FIELD_CPE || f == SDM_P1_FIELD_K_EFF || f == SDM_P1_FIELD_Q_W;
+    return value_typed ? value_bytes(d) : 4;
+}
+
+int64_t valid_tokens(const Case& c, int64_t chunk) {
+    const sdm_p1_desc& d = c.desc;
+    const int64_t P = d.num_parallel;
+    if (P < 1 || P > d.N || d.N % P != 0) return -1;   // (the plan is refused)
+    const std::vector<uint8_t>& lengths = c.arrays[kLengths];
+    if (lengths.empty()) {
+        const int64_t last = d.valid_last == SDM_P1_UNSET ? d.C : d.valid_last;
+        if (last < 1 || last > d.C) return -1;
+        return chunk >= d.N - P ? last : d.C;
+    }
+    if (c.lengths_dtype != SDM_P1_DTYPE_INT32 && c.lengths_dtype != SDM_P1_DTYPE_INT64) return -1;
+    const int64_t most = d.N / P * d.C;
+    int64_t mine = 0;
+    for (int64_t s = 0; s < P; ++s) {
+        int64_t len;
+        if (c.lengths_dtype == SDM_P1_DTYPE_INT64) {
+            std::memcpy(&len, lengths.data() + s * 8, 8);
+        } else {
+            int32_t narrow;
+            std::memcpy(&narrow, lengths.data() + s * 4, 4);
+            len = narrow;
+        }
+        if (len < 0 || len > most) return -1;
+        if (s == chunk % P) mine = len;
+    }
+    return std::min(std::max(mine - chunk / P * d.C, int64_t{0}), d.C);
+}
+
+bool unread_upstream(const Case& c, int f, size_t i) {
+    const sdm_p1_desc& d = c.desc;
+    const int64_t C = d.C, W = d.W, R = d.R, e = static_cast<int64_t>(i);
+    switch (f) {
+        case SDM_P1_FIELD_A:
+        case SDM_P1_FIELD_QK: {
+            const int64_t tv = valid_tokens(c, e / (C * C)), row = e / C % C, col = e % C;
+            return row >= tv || col >= tv || (f == SDM_P1_FIELD_A ? col >= row : col > row);
+        }
+        case SDM_P1_FIELD_LOG_Q:
+        case SDM_P1_FIELD_Q_W:
+            return e / R % C >= valid_tokens(c, e / (C * R));
+        case SDM_P1_FIELD_QREC:
+        case SDM_P1_FIELD_QREC8:   // by Q-row index: the padding entries sort last
+            return e % (C * R) >= valid_tokens(c, e / (C * R)) * R;
+        case SDM_P1_FIELD_KREC:
+            return e / 2 % (C * W) >= valid_tokens(c, e / 2 / (C * W)) * W;
+        case SDM_P1_FIELD_KSPA:
+            return e % (C * W) >= valid_tokens(c, e / (C * W)) * W;
+        default:   // log_k, rex, cpe, k_eff: [N, C, W]
+            return e / W % C >= valid_tokens(c, e / (C * W));
+    }
+}
+
+namespace {
+
+constexpr uint32_t kLaneBits = 0xFFu, kReadBit = 1u << 8, kPaddingBit = 1u << 17, kHeadBit = 1u << 31;
+
+int word_token(uint32_t w) { return static_cast<int>(w >> 9 & 0xFFu); }
+
+}   // namespace
+
+void corrupt_payload(const Case& c, const BackwardCall& call, int64_t row, std::vector<int32_t>& payload) {
+    const sdm_p1_desc& d = c.desc;
+    const int64_t n = d.C * (d.W + d.R);
+    const uint32_t arg = call.corrupt_arg;
+    const int64_t chunk = static_cast<int64_t>(arg % static_cast<uint32_t>(d.N));
+    int64_t p1 = (arg >> 4 & 0xFFFu) % n, p2 = (arg >> 16 & 0xFFFu) % n;
+    if (p1 == p2) p2 = (p1 + 1) % n;
+    if ((arg >> 28 & 3u) == 0) p1 = 0;   // the chunk's first word: its head bit, a swap with it
+    int32_t* w = payload.data() + chunk * row;
+    uint32_t u = static_cast<uint32_t>(w[p1]);
+    switch (call.corruption) {
+        case Corruption::Swap:
+            std::swap(w[p1], w[p2]);
+            return;
+        case Corruption::Duplicate:
+            w[p2] = w[p1];
+            return;
+        case Corruption::OutOfRange: {
+            const uint32_t lanes = static_cast<uint32_t>((u & kReadBit) != 0u ? d.R : d.W);
+            if ((arg >> 30 & 1u) != 0 && d.C < 256) {
+                u = (u & ~(0xFFu << 9)) | static_cast<uint32_t>(d.C + (arg >> 31) * (255 - d.C)) << 9;
+            } else {
+                u = (u & ~kLaneBits) | (lanes + (arg >> 31) * (255 - lanes));
+            }
+            break;
+        }
+        case Corruption::PaddingBit:
+            u ^= kPaddingBit;
+            break;
+        case Corruption::HeadBit:
+            u ^= kHeadBit;
+            break;
+        case Corruption::Unread:
+            // Bits 18-30 of every word of the chunk, and every word past n in every chunk.
+            for (int64_t r = 0; r < n; ++r)
+                w[r] = static_cast<int32_t>(static_cast<uint32_t>(w[r]) ^ (arg & 0x7FFC0000u));
+            for (int64_t k = 0; k < d.N; ++k) {
+                for (int64_t r = n; r < row; ++r)
+                    payload[static_cast<size_t>(k * row + r)] ^= static_cast<int32_t>(arg | 1u);
+            }
+            return;
+        case Corruption::Misaligned:
+        case Corruption::Count:
+            return;
+    }
+    w[p1] = static_cast<int32_t>(u);
+}
+
+std::string payload_violation(const Case& c, const int32_t* payload, int64_t row) {
+    const sdm_p1_desc& d = c.desc;
+    const int W = static_cast<int>(d.W), R = static_cast<int>(d.R), WR = W + R;
+    const int64_t n = d.C * WR;
+    std::vector<bool> seen(static_cast<size_t>(n));
+    for (int64_t chunk = 0; chunk < d.N; ++chunk) {
+        const int64_t tv = valid_tokens(c, chunk);
+        std::fill(seen.begin(), seen.end(), false);
+        for (int64_t r = 0; r < n; ++r) {
+            const uint32_t w = static_cast<uint32_t>(payload[chunk * row + r]);
+            const int t = word_token(w), lane = static_cast<int>(w & kLaneBits);
+            const bool read = (w & kReadBit) != 0u, padding = (w & kPaddingBit) != 0u;
+            const int64_t entry = static_cast<int64_t>(t) * WR + (read ? W + lane : lane);
+            bool bad = t >= d.C || lane >= (read ? R : W);             // no entry of the chunk
+            bad = bad || padding != (t >= tv);                         // the padding bit
+            bad = bad || seen[static_cast<size_t>(entry)];             // named twice
+            bad = bad || (padding && r < tv * WR);                     // padding before a valid entry
+            bad = bad || (r == 0 && tv > 0 && (w & kHeadBit) == 0u);   // no group head first
+            if (bad) return "payload[" + std::to_string(chunk) + ", " + std::to_string(r) + "]";
+            seen[static_cast<size_t>(entry)] = true;
+        }
+    }
+    return "";
 }
 
 sdm_p1_inputs inputs_at(const Case& c, const uint8_t* const* bases) {
@@ -453,6 +754,14 @@ InputsBuffer sized_inputs(const sdm_p1_inputs& in, StructForm form) {
     InputsBuffer buf{};
     buf.in = in;
     apply_form(buf, &buf.in.struct_size, sizeof buf.in, offsetof(sdm_p1_inputs, stream_lengths), form);
+    return buf;
+}
+
+InputGradsBuffer sized_input_grads(const sdm_p1_input_grads& out, StructForm form) {
+    InputGradsBuffer buf{};
+    buf.out = out;
+    // Its oldest layout is 1.3's, the whole struct of this header.
+    apply_form(buf, &buf.out.struct_size, sizeof buf.out, offsetof(sdm_p1_input_grads, beta) + sizeof(float*), form);
     return buf;
 }
 

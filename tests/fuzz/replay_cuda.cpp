@@ -6,7 +6,12 @@
 //
 // Each input is decoded as fuzz_api decodes it (fuzz_case.cpp) into a 1-thread CPU plan and a
 // CUDA plan on the current device; then the case's Execute steps run on both, with its Poke
-// steps between them (its other steps test host-side calls, which fuzz_api covers). The
+// steps between them (its other steps test host-side calls, which fuzz_api covers). After each
+// Execute step, a case with backward calls (C API 1.3) runs its next one on both plans, with
+// the CPU forward's payload (or NULL, a corrupted or a stale one, as the case says): the same
+// status and message, the same gradient bytes on success. While the CUDA backward is not
+// written, a CUDA plan returns SDM_P1_ERROR_UNSUPPORTED there; such a call is counted and
+// not compared. The
 // inputs go to the device as they are (NULL stays NULL, a misaligned pointer one byte off),
 // and each CUDA execute is synchronized and read back with sdm_p1_execute_status. Every pair
 // must agree: the same status from both creations and from each execute, the same message
@@ -20,9 +25,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -111,7 +118,11 @@ public:
             if (sc == SDM_P1_ERROR_INVALID_INPUT && message != sdm_p1_last_error()) {
                 return disagree(where + " (the messages: CPU '" + message + "')", sc, sg, sdm_p1_last_error());
             }
-            if (sc != SDM_P1_SUCCESS) continue;
+            if (sc != SDM_P1_SUCCESS) {
+                const int r = backward(cpu, gpu, where, nullptr);
+                if (r != 0) return r;
+                continue;
+            }
             const Outputs a = host_outputs(cpu.views, caller_mode(cpu) ? cpu.buffers : nullptr);
             const Outputs b =
                 gpu.cuda ? device_outputs(gpu) : host_outputs(gpu.views, caller_mode(gpu) ? gpu.buffers : nullptr);
@@ -121,11 +132,15 @@ public:
                 }
             }
             ++compared_;
+            const int r = backward(cpu, gpu, where, &a[SDM_P1_FIELD_PAYLOAD]);
+            if (r != 0) return r;
         }
         return 0;
     }
 
     int compared() const { return compared_; }
+    int backward_compared() const { return backward_compared_; }
+    int backward_unsupported() const { return backward_unsupported_; }
 
 private:
     static bool caller_mode(const Side& s) { return s.resolved.output_mode == SDM_P1_OUTPUTS_CALLER; }
@@ -192,6 +207,173 @@ private:
                        [&] { return sdm_p1_execute_status(s.plan); });
     }
 
+    // Host memory for a CPU side, device memory for a CUDA side, freed with the object.
+    class Staging {
+    public:
+        explicit Staging(bool cuda) : cuda_(cuda) {}
+        // A copy of `bytes` (`offset` bytes on: a misaligned pointer), or NULL when empty.
+        const void* put(const void* bytes, size_t size, size_t offset) {
+            if (size == 0) return nullptr;
+            if (!cuda_) {
+                host_.emplace_back(size + offset);
+                std::memcpy(host_.back().data() + offset, bytes, size);
+                return host_.back().data() + offset;
+            }
+            device_.emplace_back(new DeviceArray(size + offset));
+            char* p = static_cast<char*>(device_.back()->p);
+            if (p == nullptr || cudaMemcpy(p + offset, bytes, size, cudaMemcpyHostToDevice) != cudaSuccess) {
+                broken("a device copy of " + std::to_string(size) + " bytes failed");
+            }
+            return p + offset;
+        }
+        // A buffer of `size` bytes filled with `pattern`.
+        void* buffer(size_t size, uint8_t pattern, size_t offset) {
+            const std::vector<uint8_t> filled(size + offset, pattern);
+            return static_cast<char*>(const_cast<void*>(put(filled.data(), filled.size(), 0))) + offset;
+        }
+        std::vector<uint8_t> read(const void* p, size_t size) const {
+            std::vector<uint8_t> out(size);
+            if (!cuda_) {
+                std::memcpy(out.data(), p, size);
+            } else if (cudaMemcpy(out.data(), p, size, cudaMemcpyDeviceToHost) != cudaSuccess) {
+                broken("cudaMemcpy of a gradient failed");
+            }
+            return out;
+        }
+
+    private:
+        bool cuda_;
+        std::vector<std::vector<uint8_t>> host_;
+        std::vector<std::unique_ptr<DeviceArray>> device_;
+    };
+
+    // One backward of `call` on side s: its status (CUDA: the call's, then after a synchronize
+    // sdm_p1_execute_status's), its message, and each given input gradient's bytes on success.
+    struct BackwardOutcome {
+        sdm_p1_status status = SDM_P1_SUCCESS;
+        std::string message;
+        std::vector<uint8_t> grads[kInputGrads];
+    };
+
+    BackwardOutcome run_backward(Side& s, const BackwardCall& call, const std::vector<int32_t>* payload,
+                                 bool misaligned_payload) {
+        Staging mem(s.cuda);
+        const uint8_t* bases[kArrays];
+        for (int i = 0; i < kArrays; ++i) {
+            bases[i] = static_cast<const uint8_t*>(mem.put(c_.arrays[i].data(), c_.arrays[i].size(), 0));
+        }
+        InputsBuffer in = sized_inputs(inputs_at(c_, bases), c_.inputs_form);
+        if (call.misuse == BackwardMisuse::DropBeta) in.in.beta = nullptr;
+        if (call.misuse == BackwardMisuse::InputsReserved) in.in.reserved = 1;
+        const int32_t* pp = nullptr;
+        if (payload != nullptr) {
+            pp = static_cast<const int32_t*>(mem.put(payload->data(), payload->size() * 4, misaligned_payload ? 1 : 0));
+        }
+        const void* grads[SDM_P1_FIELD_COUNT + 1] = {};
+        bool shifted = false;
+        for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
+            const bool shift = call.misuse == BackwardMisuse::MisalignedUpstream && !shifted && f < call.count &&
+                               differentiable(f) && !call.up[f].empty();
+            shifted = shifted || shift;
+            grads[f] = mem.put(call.up[f].data(), call.up[f].size(), shift ? 1 : 0);
+        }
+        const sdm_p1_desc& d = c_.desc;
+        const size_t tokens = static_cast<size_t>(d.N * d.C);
+        const size_t value = s.resolved.grad_dtype == SDM_P1_DTYPE_BFLOAT16 ? 2 : 4;
+        const size_t bytes[kInputGrads] = {tokens * static_cast<size_t>(d.W) * value,
+                                           tokens * static_cast<size_t>(d.R) * value,
+                                           tokens * static_cast<size_t>(d.gate_width) * 4, tokens * 4};
+        void* buffer[kInputGrads] = {};
+        for (int g = 0; g < kInputGrads; ++g) {
+            if ((call.requested >> g & 1u) != 0) buffer[g] = mem.buffer(bytes[g], 0xA5, call.misaligned >> g & 1u);
+        }
+        sdm_p1_input_grads plain = SDM_P1_INPUT_GRADS_INITIALIZER;
+        plain.k_val = buffer[gK];
+        plain.q_val = buffer[gQ];
+        plain.g = static_cast<float*>(buffer[gG]);
+        plain.beta = static_cast<float*>(buffer[gBeta]);
+        plain.reserved = call.misuse == BackwardMisuse::OutReserved ? 1u : 0u;
+        InputGradsBuffer out = sized_input_grads(plain, call.out_form);
+        int32_t count = call.count;
+        if (call.misuse == BackwardMisuse::BadCount) count = (call.corrupt_arg & 1u) != 0 ? -1 : SDM_P1_FIELD_COUNT + 1;
+        if (call.misuse == BackwardMisuse::NullGrads && count == 0) count = 1;
+        sdm_p1_plan* plan = call.misuse == BackwardMisuse::NullPlan ? nullptr : s.plan;
+        const sdm_p1_inputs* inputs = call.misuse == BackwardMisuse::NullInputs ? nullptr : &in.in;
+        const void* const* grads_arg = call.misuse == BackwardMisuse::NullGrads ? nullptr : grads;
+        const sdm_p1_input_grads* out_arg = call.misuse == BackwardMisuse::NullOut ? nullptr : &out.out;
+
+        BackwardOutcome o;
+        o.status = checked(Call::Backward, "sdm_p1_execute_backward", s.cuda, [&] {
+            return sdm_p1_execute_backward(plan, inputs, pp, grads_arg, count, out_arg, nullptr);
+        });
+        if (o.status == SDM_P1_SUCCESS && s.cuda) {
+            if (cudaDeviceSynchronize() != cudaSuccess) broken("cudaDeviceSynchronize failed after a backward");
+            o.status = checked(Call::ExecuteStatus, "sdm_p1_execute_status", true,
+                               [&] { return sdm_p1_execute_status(s.plan); });
+        }
+        if (o.status != SDM_P1_SUCCESS) {
+            o.message = sdm_p1_last_error();
+            return o;
+        }
+        for (int g = 0; g < kInputGrads; ++g) {
+            if (buffer[g] != nullptr) o.grads[g] = mem.read(buffer[g], bytes[g]);
+        }
+        return o;
+    }
+
+    // The case's next backward call after an execute (`forward_payload`: the CPU forward's
+    // PAYLOAD on success, else NULL) on both sides: the same status and message, the same
+    // gradient bytes on success. A CUDA backward that returns SDM_P1_ERROR_UNSUPPORTED (not
+    // yet written) is skipped. 1 when they disagree, else 0.
+    int backward(Side& cpu, Side& gpu, const std::string& where, const std::vector<uint8_t>* forward_payload) {
+        if (c_.backward.empty()) return 0;
+        const BackwardCall& call = c_.backward[backward_calls_++ % c_.backward.size()];
+        std::vector<int32_t> fwd;
+        if (forward_payload != nullptr) {
+            fwd.resize(forward_payload->size() / 4);
+            std::memcpy(fwd.data(), forward_payload->data(), fwd.size() * 4);
+        }
+        std::vector<int32_t> payload;
+        switch (call.payload) {
+            case PayloadMode::Forward:
+                payload = fwd;
+                break;
+            case PayloadMode::Null:
+                break;
+            case PayloadMode::Corrupt:
+                payload = fwd;
+                if (!payload.empty()) corrupt_payload(c_, call, cpu.views[SDM_P1_FIELD_PAYLOAD].shape[1], payload);
+                break;
+            case PayloadMode::Stale:
+                payload = stale_;
+                break;
+        }
+        if (!fwd.empty()) stale_ = fwd;
+        const std::vector<int32_t>* pp = payload.empty() ? nullptr : &payload;
+        const bool misaligned = call.payload == PayloadMode::Corrupt && call.corruption == Corruption::Misaligned;
+        const BackwardOutcome a = run_backward(cpu, call, pp, misaligned);
+        const BackwardOutcome b = run_backward(gpu, call, pp, misaligned);
+        const std::string what = "backward after the " + where;
+        if (gpu.cuda && b.status == SDM_P1_ERROR_UNSUPPORTED) {
+            ++backward_unsupported_;
+            return 0;
+        }
+        if (out_of_memory(a.status) || out_of_memory(b.status)) return 0;
+        if (a.status != b.status) return disagree(what, a.status, b.status, a.message + " / " + b.message);
+        if (a.status == SDM_P1_ERROR_INVALID_INPUT && a.message != b.message) {
+            return disagree(what + " (the messages: CPU '" + a.message + "')", a.status, b.status, b.message);
+        }
+        if (a.status != SDM_P1_SUCCESS) return 0;
+        for (int g = 0; g < kInputGrads; ++g) {
+            if (a.grads[g] != b.grads[g]) {
+                return disagree(what + ": gradient " + std::to_string(g) + " (k_val, q_val, g, beta) differs", a.status,
+                                b.status, "");
+            }
+        }
+        ++backward_compared_;
+        return 0;
+    }
+
     Outputs device_outputs(const Side& s) const {
         Outputs out(SDM_P1_FIELD_COUNT);
         for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
@@ -209,6 +391,9 @@ private:
     Case& c_;
     bool cuda_;
     int compared_ = 0;
+    size_t backward_calls_ = 0;    // the next backward call is this one modulo their count
+    std::vector<int32_t> stale_;   // the last successful forward's payload
+    int backward_compared_ = 0, backward_unsupported_ = 0;
 };
 
 std::vector<std::string> input_files(int count, char** paths) {
@@ -237,7 +422,7 @@ int main(int argc, char** argv) {
         return 77;
     }
     const std::vector<std::string> files = input_files(argc - (against_cuda ? 1 : 2), argv + (against_cuda ? 1 : 2));
-    int disagreements = 0, skipped = 0, executes = 0;
+    int disagreements = 0, skipped = 0, executes = 0, backwards = 0, unsupported = 0;
     for (const std::string& file : files) {
         std::ifstream f(file, std::ios::binary);
         const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -247,10 +432,12 @@ int main(int argc, char** argv) {
         disagreements += r > 0 ? 1 : 0;
         skipped += r < 0 ? 1 : 0;
         executes += replay.compared();
+        backwards += replay.backward_compared();
+        unsupported += replay.backward_unsupported();
     }
     std::printf(
-        "replay_cuda: %zu inputs, %d executes compared byte for byte, %d skipped (out of memory), "
-        "%d disagreements\n",
-        files.size(), executes, skipped, disagreements);
+        "replay_cuda: %zu inputs, %d executes and %d backwards compared byte for byte, %d backwards "
+        "UNSUPPORTED on CUDA (not compared), %d skipped (out of memory), %d disagreements\n",
+        files.size(), executes, backwards, unsupported, skipped, disagreements);
     return disagreements == 0 && !files.empty() ? 0 : 1;
 }
