@@ -1,7 +1,8 @@
 // An inclusive block-wide scan, tile by tile, of small structs under an associative operator
 // (the segmented sums of stage "scans"), with T{} its identity. Warp shuffles, then one warp
 // over the warps' totals; the carry from tile to tile lives in the temporary storage. Written
-// for this kernel rather than taken from CUB: CUB's scan of these 32-byte items spilled.
+// for this kernel rather than taken from CUB: CUB's scan of these 32-byte items spilled. No
+// CPU twin: the CPU backend's scans (src/cpu/chunk_stages.h) are sequential loops.
 #ifndef SDM_P1_KERNELS_BLOCK_SCAN_CUH
 #define SDM_P1_KERNELS_BLOCK_SCAN_CUH
 

@@ -1,5 +1,7 @@
 // One thread block's view of the chunk it is computing: the chunk's constants and its arrays
-// (in shared memory when they fit, else in the block's slice of global scratch).
+// (in shared memory when they fit, else in the block's slice of global scratch). CPU twin:
+// ChunkScratch in src/cpu/chunk.h, the same arrays under the same names (docs/design.md,
+// "The stages", says which stage writes each); lean: kernels/lean/lean_context.cuh.
 #ifndef SDM_P1_KERNELS_CHUNK_CONTEXT_CUH
 #define SDM_P1_KERNELS_CHUNK_CONTEXT_CUH
 
@@ -21,18 +23,6 @@ constexpr int kScanItems = 8;     // positions per thread in a tile of the scans
 constexpr uint32_t kNoError = 0xFFFFFFFFu;
 
 SDM_HD size_t align16(size_t b) { return (b + 15) / 16 * 16; }
-
-// Words of a lane mask over `lanes` lanes.
-SDM_HD int mask_words(int lanes) { return (lanes + 31) / 32; }
-
-// Whether the entry with payload p is a walker of stage "pair sums": a valid entry with an
-// earlier entry in its slot group.
-SDM_HD bool is_walker(uint32_t p) { return (p & (kInvalid | kHead)) == 0u; }
-
-// Index of the first walker-mask word of token t's write (or read) lanes (ArrayLayout::walk_mask).
-SDM_HD int walk_mask_base(int W, int R, int t, bool is_q) {
-    return t * (mask_words(W) + mask_words(R)) + (is_q ? mask_words(W) : 0);
-}
 
 // An array of the chunk indexed by sorted position, stored as 8 rows of `stride` elements:
 // position r at (r % 8) * stride + r / 8. The scans and the full-size kernel's sort give each
@@ -66,13 +56,6 @@ using InterleavedKeys = Interleaved<uint64_t>;
 
 // Marks a chunk whose log-cumsums do not fit the compact form (LogArray::shift).
 constexpr int kWideLog = -1;
-
-// Bits of a positive int (bit_width(64) = 7).
-SDM_HD int bit_width(uint64_t v) {
-    int b = 0;
-    for (; v != 0u; v >>= 1) ++b;
-    return b;
-}
 
 // The shift of a chunk's compact log-cumsums, from the lowest set bit of its gates (the least
 // over its non-zero gates) and their magnitude bits (the most): every sum is then a multiple

@@ -30,7 +30,7 @@ struct KernelShape {
     bool slots;            // sorted_rows with records: the kernel keeps each sorted position's slot
     bool sorted_rows;      // the row fields in a pass of their own in sorted order, by a
                            // kernel of its own (stage "records"); never set unless the
-                           // records or kspa are requested (cuda_backend.cpp decides)
+                           // records or kspa are requested (src/cuda/cuda_backend.cpp decides)
     bool shipped_fields;   // no field beyond SDM_P1_DET_SHIPPED's set: the main kernel
                            // without the others' code
 };

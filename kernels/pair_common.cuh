@@ -1,5 +1,6 @@
 // What the paths of stage "pair sums" share: walkers, the runs of the write row their terms
-// lie in, and the values of entries.
+// lie in, and the values of entries (CPU twins in src/cpu/chunk_stages.h: walk_start,
+// walk_earlier_writes, entry_value).
 //
 // A unit is a row i of a (the writes of token i) or of qk (its reads). A walker is a valid
 // entry with an earlier entry in its slot group. Its terms are the earlier valid writes of its

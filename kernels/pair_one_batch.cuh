@@ -1,4 +1,5 @@
-// Stage "pair sums", first path: every unit in one batch, without rows, for chunks with one
+// Stage "pair sums", first path (CPU twin: pair_sums in src/cpu/chunk_stages.h, which has one
+// path; lean: kernels/lean/lean_pairs.cuh, the same plan): every unit in one batch, without rows, for chunks with one
 // or two walkers a thread at most (one_batch_walkers) and few terms a unit (distinct slots:
 // most cells of a and qk are 0). The rows of a and qk are set to 0; the walkers are numbered
 // over all units (stage "records" marks them in per-unit lane masks), each thread takes its

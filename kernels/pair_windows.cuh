@@ -1,4 +1,6 @@
-// Stage "pair sums", the warp path: one warp does one unit, its lanes 32 at a time. Each lane
+// Stage "pair sums", the warp path (CPU twin: pair_sums in src/cpu/chunk_stages.h, whose walk,
+// walk_earlier_writes, takes a walker's terms a run at a time as here): one warp does one
+// unit, its lanes 32 at a time. Each lane
 // finds its walker's runs in O(1) (pair_common.cuh), a warp scan lays the unit's run-terms
 // (a walker with one run) out in canonical order, and the warp takes them in windows of 32,
 // one a lane: each lane finds the walker its run-term belongs to by a binary search over the

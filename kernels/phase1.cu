@@ -126,11 +126,11 @@ KernelArgs kernel_constants(const KernelShape& s, const LaunchConfig& c) {
     a.s = s;
     a.scratch_per_block = c.scratch_per_block;
     a.layout = chunk_layout(s, c.threads, c.smem_limit);
-    a.entry_bits = std::max(1, bit_width(static_cast<uint64_t>(n - 1)));
-    // Slots run to num_keys - 1; padding entries take the largest slot these bits hold
-    // (stage "load"), which sorts them last all the same: a padding entry's index is above
-    // every valid entry's. One bit less where num_keys is a power of two (S6: 32-bit keys).
-    a.key_bits = a.entry_bits + bit_width(static_cast<uint64_t>(s.num_keys - 1));
+    // The sort keys' layout, as the CPU backend's (src/canon/chunk_arrays.h): padding entries
+    // take the largest slot the key bits hold (stage "load"). One bit less where num_keys is a
+    // power of two (S6: 32-bit keys).
+    a.entry_bits = sort_entry_bits(n);
+    a.key_bits = sort_key_bits(n, s.num_keys);
     a.div = Dividers{make_divider(s.W), make_divider(s.R),          make_divider(s.W + s.R),
                      make_divider(s.C), make_divider(s.gate_width), make_divider(s.rec_tile)};
     a.lean = c.lean;

@@ -1,6 +1,7 @@
 // The CUDA backend's kernel: one thread block per chunk, from the ids to the last output,
-// with the chunk's arrays on chip where they fit. The stages are those of the CPU backend
-// (src/cpu/chunk.cpp), under the same names, each in its own header. It comes in two paths
+// with the chunk's arrays on chip where they fit. CPU twin: compute_chunk in
+// src/cpu/chunk.cpp, whose stages (src/cpu/chunk_stages.h) are these, under the same names,
+// writing the same arrays (each stage here in its own header). It comes in two paths
 // by the form of a chunk's log-cumsums (LogArray::shift): the main kernel computes the
 // chunks of the compact form (all but chunks whose gates span more than about 57 bits) and
 // lists the others, which a second launch of the wide-log kernel computes. Each then

@@ -1,5 +1,7 @@
-// Stage "decode": from the sorted keys, every sorted position's payload word (with its group
-// head bit) and, where the plan has records, its slot; and every entry's sorted position.
+// Stage "decode" (CPU twin: decode in src/cpu/chunk_stages.h; lean: order_buckets in
+// kernels/lean/lean_sort.cuh): from the sorted keys, every sorted position's payload word
+// (with its group head bit) and, where the plan has records, its slot; and every entry's
+// sorted position.
 #ifndef SDM_P1_KERNELS_STAGE_DECODE_CUH
 #define SDM_P1_KERNELS_STAGE_DECODE_CUH
 

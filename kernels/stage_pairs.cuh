@@ -1,5 +1,6 @@
-// Stage "pair sums": a and qk (pair_common.cuh says what a unit, a walker, its terms and the
-// runs are). Two paths, each linear in the terms:
+// Stage "pair sums" (CPU twin: pair_sums in src/cpu/chunk_stages.h; lean:
+// kernels/lean/lean_pairs.cuh): a and qk (pair_common.cuh says what a unit, a walker, its
+// terms and the runs are). Two paths, each linear in the terms:
 //  * pair_one_batch.cuh: a chunk with at most a walker or two a thread and few terms a unit
 //    (the usual case with uniform slots): every unit in one batch, without rows;
 //  * else the warp path (pair_windows.cuh): the stage lists the write row (the sorted

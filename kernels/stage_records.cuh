@@ -1,5 +1,7 @@
-// Stage "records": every per-entry output, the sorted rows, the records and the tile indices,
-// through the shared write_entry_outputs. The facts of an entry come from the scans' arrays
+// Stage "records" (CPU twin: write_records in src/cpu/chunk_stages.h; lean:
+// kernels/lean/lean_writer.cuh and lean_rows.cuh): every per-entry output, the sorted rows,
+// the records and the tile indices, through the shared write_entry_outputs; and the walker
+// masks that stage "pair sums" reads. The facts of an entry come from the scans' arrays
 // in O(1), so the writes run in the order of the fields' index: the per-entry fields in entry
 // order (one pass over the write entries, one over the read entries: no divergence between
 // the kinds, coalesced stores), the sorted payloads and the rank table in sorted order, and

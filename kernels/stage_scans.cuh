@@ -1,4 +1,6 @@
-// Stage "scans": block-wide scans over the sorted row, tile by tile.
+// Stage "scans" (CPU twins: scan_forward and scan_backward in src/cpu/chunk_stages.h; lean:
+// sum_groups in kernels/lean/lean_groups.cuh): block-wide scans over the sorted row, tile by
+// tile.
 //  * forward: each group's inclusive log-cumsum (a segmented sum of the fixed-point gates of
 //    its writes; a write repeating its token's slot adds none), the peers before each entry,
 //    and the write entries before each position; and the chunk's walkers (stage "pair sums").

@@ -1,5 +1,6 @@
-// Stage "sort": the chunk's sort keys (slot << entry_bits | entry, distinct) in ascending
-// order. Each tile of keys (sort_tile_keys), which arrive in entry order, is sorted on chip
+// Stage "sort" (CPU twin: sort_entries in src/cpu/chunk_stages.h; lean:
+// kernels/lean/lean_sort.cuh): the chunk's sort keys (slot << entry_bits | entry, distinct) in
+// ascending order, by sorted position. Each tile of keys (sort_tile_keys), which arrive in entry order, is sorted on chip
 // by a stable radix sort on the slot bits alone, which orders it by the whole key: CUB's
 // block radix sort (5 bits a pass), or for 32-bit keys, where it takes fewer passes, 8 bits
 // a pass ranked by CUB's match-based ranking (sort_tile32, in the shipped-fields kernels).

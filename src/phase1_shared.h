@@ -33,6 +33,7 @@
 #include "canon/elements.h"
 #include "canon/output_buffers.h"
 #include "canon/entry_outputs.h"
+#include "canon/chunk_arrays.h"
 #include "canon/backward_buffers.h"
 #include "canon/backward_terms.h"
 

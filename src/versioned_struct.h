@@ -1,5 +1,5 @@
 // The structs of the C API that grow at their end (sdm_p1_desc, sdm_p1_inputs,
-// sdm_p1_input_grads), read and written by the struct-size rule of phase1.h: a caller's
+// sdm_p1_input_grads), read and written by the struct-size rule of include/sdm/phase1.h: a caller's
 // struct of an older header (shorter) or a newer one (longer) becomes the library's own.
 #ifndef SDM_P1_VERSIONED_STRUCT_H
 #define SDM_P1_VERSIONED_STRUCT_H

@@ -6,9 +6,9 @@
 #                      [--build-dir DIR] [--arch LIST] [--log-dir DIR]
 #
 # Steps: configure (meson, CUDA enabled, kernels for sm_90 unless --arch), compile, meson test
-# (every C/C++ test, tests/test_cuda and tests/test_arith_device included), test_cuda --quick
-# under compute-sanitizer's memcheck (racecheck, initcheck and synccheck: a few cases of its
-# "cover" and "two_blocks" families), the Python tests
+# (every C/C++ test, tests/test_cuda, test_arith_device, test_stage_dump_cuda included),
+# test_cuda --quick under compute-sanitizer's memcheck (racecheck, initcheck and synccheck: a
+# few cases of its "cover" and "two_blocks" families), the Python tests
 # against the CUDA build, and the CUDA benchmark (phase1_bench --backend cuda --json).
 # The terminal gets one line per step (PASS / FAIL / SKIP, counts, seconds) and a summary
 # with the GPU and driver; each step's full log goes to the log dir: --log-dir, else $OUT,

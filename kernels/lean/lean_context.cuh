@@ -1,5 +1,6 @@
 // The lean kernel's view of the chunk a block computes: its arrays in shared memory (bound
-// from LeanLayout), its block-wide scalars, and the one block-wide scan its stages share.
+// from LeanLayout), its block-wide scalars, and the one block-wide scan its stages share
+// (twins: kernels/chunk_context.cuh in the general kernel, ChunkScratch in src/cpu/chunk.h).
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_CONTEXT_CUH
 #define SDM_P1_KERNELS_LEAN_LEAN_CONTEXT_CUH
 

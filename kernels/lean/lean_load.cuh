@@ -1,5 +1,5 @@
 // Lean stage "load and check" (the twin of kernels/stage_load.cuh and the CPU's
-// load_and_check): the chunk's ids become 32-bit sort keys held in the thread's registers
+// load_and_check in src/cpu/chunk_stages.h): the chunk's ids become 32-bit sort keys held in the thread's registers
 // (slot << entry_bits | entry), its gates are checked and, per token, tabled as the log and
 // exp an entry alone in its group takes; the a and qk rows are zeroed (the pair stage then
 // stores only the cells that have terms). Bad ids and gates are recorded as the general

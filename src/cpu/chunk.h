@@ -1,5 +1,6 @@
 // The CPU backend's computation of one chunk: every output of the chunk, with the canonical
-// arithmetic of phase1_shared.h.
+// arithmetic of src/phase1_shared.h, in the stages of chunk_stages.h (the twin of the general
+// CUDA kernel, kernels/phase1_kernel.cuh).
 #ifndef SDM_P1_CPU_CHUNK_H
 #define SDM_P1_CPU_CHUNK_H
 
@@ -16,22 +17,28 @@
 namespace sdm_p1 {
 namespace cpu {
 
-// One worker's scratch arrays (n = C * (W + R) entries each), carved from the plan's workspace.
+// One worker's scratch: the chunk's stage arrays, carved from the plan's workspace. Names,
+// indices and the stage that writes each are those of the general kernel's arrays
+// (kernels/chunk_context.cuh: ChunkArrays; the table in docs/design.md, "The stages"). n = C *
+// (W + R) entries; indexed by entry e = t * (W + R) + j, by sorted position r, by token t, or
+// by write-row index (the write entries in sorted order). Counts and positions are uint32 (the
+// kernel's Count: 16 bits where n < 2^16).
 struct ChunkScratch {
-    uint64_t* sort_keys;       // key << 17 | entry, then sorted
-    uint32_t* payload;         // sorted payload words
-    Fix* log;                  // inclusive log-cumsum of the group at each sorted position
-    Fix* rex;                  // sum of the gates after each sorted position in its group
-    uint32_t* writes_before;   // write entries (valid or padding) before it in the sorted row
-    uint32_t* own_writes;      // K entries: earlier K entries of its token in its group (repeats)
-    uint32_t* write_row;       // the sorted positions of the write entries, in order (C * W used)
-    uint32_t* before;          // peers (valid entries of its own kind) before it in its group
-    uint32_t* after;           // peers after it in its group
-    int32_t* head;             // sorted position of its group's first entry
-    int32_t* position;         // by entry: its sorted position
-    float* value;              // its k_val / q_val as float (0 for padding)
-    Fix* gate;                 // C * gate_width: the chunk's gates in fixed point (valid tokens)
-    double* row_sums;          // 2 * C: one row of a, then of qk
+    uint64_t* keys;        // n: sort keys (slot << entry_bits | e), by e; by r once sorted
+    float* value;          // n, by e: its k_val / q_val as float (0 for padding)
+    Fix* gate;             // C * gate_width: the gates in fixed point (0 for padding tokens)
+    double* gate_exp;      // C, by t: exp of its gate (per-token gates; else null)
+    uint32_t* walk_mask;   // C * (mask_words(W) + mask_words(R)): per token, its walkers' lanes
+    uint32_t* payload;     // n, by r: payload words, group heads set; kLastK from the scans
+    uint32_t* position;    // n, by e: its sorted position
+    uint32_t* slot;        // n, by r: its slot (id - id_base)
+    Fix* log;              // n, by r: the inclusive log-cumsum of its group
+    uint32_t* before;      // n, by r: peers (valid entries of its kind) before it in its group
+    uint32_t* writes;      // n, by r: write entries (valid or padding) before it in the row
+    uint32_t* end;         // n, by r: the last position of its group
+    uint32_t* firsts;      // n, by r: valid first writes of groups at or after it
+    uint32_t* write_row;   // C * W, by write-row index: the sorted position of each write entry
+    double* row_sums;      // 2 * C: stage "pair sums"' row of a, then of qk
 
     static size_t bytes(const Options& opt);
     // Lays the arrays out from `base` (16-byte aligned, bytes(opt) long).

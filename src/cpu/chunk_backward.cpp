@@ -1,3 +1,5 @@
+// The CPU backend's backward of one chunk (docs/backward.md; no kernel twin yet): its first
+// stages are the forward's (chunk_stages.h), its own are below.
 #include "chunk_backward.h"
 
 #include <algorithm>
@@ -61,18 +63,20 @@ PayloadError check_payload(const Chunk& k, const int32_t* row, uint64_t* seen) {
     return PayloadError{};
 }
 
-// Stage "payload decode" (in place of the forward's sort and decode): the sorted row's
-// payload words with the payload's group heads (every padding entry a head of its own, as the
-// forward's), values, each entry's position. Bits the backward does not use are dropped.
+// Stage "payload decode" (in place of the forward's sort and decode, and of load's values):
+// the sorted row's payload words with the payload's group heads (every padding entry a head of
+// its own, as the forward's), each entry's position and value (by entry, as load writes them).
+// Bits the backward does not use are dropped.
 void decode_payload(const Chunk& k, const InputRecord& in, const int32_t* row, const ChunkScratch& s) {
     const int W = k.o.W, WR = W + k.o.R;
     for (int r = 0; r < k.n; ++r) {
         const uint32_t w = static_cast<uint32_t>(row[r]);
         const int t = payload_token(w), lane = static_cast<int>(w & kLaneMask);
         const bool is_q = (w & kIsQ) != 0u, valid = !(w & kInvalid);
+        const int e = t * WR + (is_q ? W + lane : lane);
         s.payload[r] = payload_word(t, lane, is_q, valid) | ((w & kHead) || !valid ? kHead : 0u);
-        s.position[t * WR + (is_q ? W + lane : lane)] = r;
-        s.value[r] = entry_value(k, in, t, lane, is_q);
+        s.position[e] = static_cast<uint32_t>(r);
+        s.value[e] = input_value(k, in, t, lane, is_q);
     }
 }
 
@@ -86,7 +90,9 @@ double row_sum(const Chunk& k, const UpstreamGrads& up, const ChunkScratch& s, i
     double acc = 0.0;
     walk_earlier_writes(s, r, [&](int tj, double e, uint32_t bottom, uint32_t top) {
         const float d = upstream_f32(delta, cells + tj);
-        for (uint32_t x = top; x > bottom; --x) acc = walk_term_add(acc, d, s.value[s.write_row[x - 1]], e);
+        for (uint32_t x = top; x > bottom; --x) {
+            acc = walk_term_add(acc, d, entry_value(k, s, s.payload[s.write_row[x - 1]]), e);
+        }
     });
     return acc;
 }
@@ -109,7 +115,7 @@ double column_sum(const Chunk& k, const UpstreamGrads& up, const ChunkScratch& s
             e = exp_fix(d);
             e_arg = d;
         }
-        acc = walk_term_add(acc, upstream_f32(is_q ? up.qk : up.a, cells + te * C + t), s.value[x], e);
+        acc = walk_term_add(acc, upstream_f32(is_q ? up.qk : up.a, cells + te * C + t), entry_value(k, s, p), e);
     }
     return acc;
 }
@@ -122,18 +128,18 @@ void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScrat
     const Options& o = k.o;
     const ChunkScratch& s = bs.fwd;
     const UpstreamGrads& up = b.up;
-    const double e_total = exp_fix(fix_add(s.log[h], s.rex[h]));
+    const double e_total = exp_fix(fix_add(s.log[h], rex_at(s, h)));
     double total_adjoint = 0.0, rbar_sum = 0.0;
     for (int r = h; r < end; ++r) {
         const uint32_t p = s.payload[r];
         const int t = payload_token(p), lane = static_cast<int>(p & kLaneMask);
-        const float v = s.value[r];
+        const float v = entry_value(k, s, p);
         const double e_log = exp_fix(s.log[r]);
         const double rho = row_sum(k, up, s, r);
         bs.e_log[r] = e_log;
         if (p & kIsQ) {
             const int64_t i = (k.c * o.C + t) * o.R + lane;
-            const int64_t q_row = k.c * o.C * o.R + (r - static_cast<int64_t>(s.writes_before[r]));
+            const int64_t q_row = k.c * o.C * o.R + (r - static_cast<int64_t>(s.writes[r]));
             const QEntryUpstream u{upstream_value(up.q_w, o.bf16, i), upstream_f32(up.qrec, q_row),
                                    upstream_f32(up.qrec8, q_row), upstream_f32(up.log_q, i)};
             const QEntryAdjoints a = q_entry_adjoints(rho, v, e_log, u);
@@ -142,7 +148,7 @@ void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScrat
             continue;
         }
         const int64_t i = (k.c * o.C + t) * o.W + lane;
-        const int64_t k_row = k.c * o.C * o.W + s.writes_before[r];
+        const int64_t k_row = k.c * o.C * o.W + s.writes[r];
         const KEntryUpstream u{upstream_value(up.k_eff, o.bf16, i),
                                upstream_f32(up.log_k, i),
                                upstream_f32(up.rex, i),
@@ -153,7 +159,7 @@ void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScrat
         const float beta = up.kspa != nullptr ? b.in.beta[k.c * o.C + t] : 0.0f;
         const double coefficient = kspa_coefficient(beta, upstream_f32(up.kspa, k_row));
         const KEntryAdjoints a =
-            k_entry_adjoints(rho, column_sum(k, up, s, r, end), v, e_log, exp_fix(s.rex[r]), coefficient, u);
+            k_entry_adjoints(rho, column_sum(k, up, s, r, end), v, e_log, exp_fix(rex_at(s, r)), coefficient, u);
         if (b.grads.k_val != nullptr) store_grad(b.grads.k_val, o.grad_bf16, i, a.dv);
         bs.gbar[r] = a.gbar;
         bs.rbar_before[r] = rbar_sum;
@@ -164,7 +170,8 @@ void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScrat
     for (int r = end - 1; r >= h; --r) {
         suffix = dadd(suffix, bs.gbar[r]);
         const uint32_t p = s.payload[r];
-        if ((p & kIsQ) || s.own_writes[r] != 0u) continue;   // Q entries and repeats add no gate
+        // Q entries and repeats add no gate.
+        if ((p & kIsQ) || repeats_slot(p, r > 0 ? s.payload[r - 1] : 0u)) continue;
         bs.xbar[payload_token(p) * o.W + static_cast<int>(p & kLaneMask)] =
             gate_adjoint(suffix, bs.rbar_before[r], total_adjoint);
     }
@@ -200,14 +207,14 @@ void write_token_grads(const Chunk& k, const BackwardRecord& b, const BackwardSc
         }
         double token_gate = 0.0, beta = 0.0;
         for (int l = 0; l < W; ++l) {
-            const int r = s.position[t * WR + l];
-            const bool repeat = s.own_writes[r] != 0u;
+            const int r = static_cast<int>(s.position[t * WR + l]);
+            const bool repeat = repeats_slot(s.payload[r], r > 0 ? s.payload[r - 1] : 0u);
             const double x = bs.xbar[t * W + l];
             if (gw != 1 && out.g != nullptr) out.g[tok * W + l] = repeat ? 0.0f : to_f32(x);
             if (!repeat) token_gate = dadd(token_gate, x);
             if (b.up.kspa != nullptr) {
-                const float dkspa = b.up.kspa[k.c * o.C * W + s.writes_before[r]];
-                beta = beta_term_add(beta, dkspa, s.value[r], bs.e_log[r]);
+                const float dkspa = b.up.kspa[k.c * o.C * W + s.writes[r]];
+                beta = beta_term_add(beta, dkspa, s.value[t * WR + l], bs.e_log[r]);
             }
         }
         if (gw == 1 && out.g != nullptr) out.g[tok] = to_f32(token_gate);
@@ -218,32 +225,34 @@ void write_token_grads(const Chunk& k, const BackwardRecord& b, const BackwardSc
 }   // namespace
 
 BackwardCheck check_chunk_backward(const Options& o, const BackwardRecord& b, int64_t c, const BackwardScratch& s) {
-    const Chunk k{o, c, valid_tokens(o, b.in, c), o.n()};
+    const Chunk k = chunk_of(o, b.in, c);
     BackwardCheck result{};
     if (b.payload == nullptr) {
-        result.input = load_and_check(o, b.in, c, k.t_valid, s.fwd.sort_keys, s.fwd.gate);
+        result.input = load_and_check(k, b.in, s.fwd);
         return result;
     }
     result.payload = check_payload(k, b.payload + c * o.row(), s.seen);
-    if (!result.payload.found) result.input = load_gates(o, b.in, c, k.t_valid, s.fwd.gate);
+    if (!result.payload.found) result.input = load_gates(k, b.in, s.fwd);
     return result;
 }
 
 // The stages in order (the forward's names where they are the forward's stages).
 __attribute__((flatten SDM_P1_FMA_CLONE)) void backward_chunk(const Options& o, const BackwardRecord& b, int64_t c,
                                                               const BackwardScratch& bs) {
-    const Chunk k{o, c, valid_tokens(o, b.in, c), o.n()};
+    const Chunk k = chunk_of(o, b.in, c);
     const ChunkScratch& s = bs.fwd;
     if (b.payload != nullptr) {
-        load_gates(o, b.in, c, k.t_valid, s.gate);
+        load_gates(k, b.in, s);
         decode_payload(k, b.in, b.payload + c * o.row(), s);
     } else {
-        load_and_check(o, b.in, c, k.t_valid, s.sort_keys, s.gate);
+        load_and_check(k, b.in, s);
         sort_entries(k, s);
-        decode(k, b.in, s);
+        decode(k, s);
     }
-    scan_forward(k, s);
-    scan_backward(k, s);
+    ChunkCounts counts{};
+    scan_forward(k, s, counts);
+    scan_backward(k, s, counts);
+    list_writes(k, s);
     chunk_adjoints(k, b, bs);
     write_token_grads(k, b, bs);
 }
