@@ -12,8 +12,8 @@ of the value. Each sequence is one stream of the layer's memory; its tokens form
 chunks of C tokens. Prints the loss and the queries' accuracy every few steps; exits 1 unless
 the final loss is below half the first (chance: log(VALUES) = 1.39).
 
-Runs on a GPU where torch sees one and libsdmp1 has the CUDA backend (Phase 1's backward then
-runs on the CPU backend through host copies), else on the CPU:
+Runs on a GPU where torch sees one and libsdmp1 has the CUDA backend (Phase 1's forward and
+backward both on the GPU), else on the CPU:
 
     SDMP1_LIBRARY=build/libsdmp1.so PYTHONPATH=bindings/python python3 examples/train_sdm_layer.py
 """

@@ -17,9 +17,10 @@ and the backward as XLA custom calls under ``jax.jit``, differentiable by ``jax.
 (``phase1_forward`` sends JAX tracers there); it imports jax.
 
 ``phase1_backward(...)`` and :meth:`Plan.execute_backward` give the gradients of k_val, q_val,
-g and beta for upstream gradients of the outputs (NumPy arrays, the CPU backend;
-docs/backward.md), bitwise the same on every run. With PyTorch, ``phase1_forward`` and the
-operator are differentiable in k_val, q_val, g and beta (autograd calls that backward).
+g and beta for upstream gradients of the outputs (NumPy arrays on the CPU backend;
+``phase1_backward`` also CuPy arrays on the CUDA backend; docs/backward.md), bitwise the same
+on every run and backend. With PyTorch, ``phase1_forward`` and the operator are differentiable
+in k_val, q_val, g and beta (autograd calls that backward, on the GPU for CUDA tensors).
 
 ``sdm_layer(...)`` is one SDM layer's memory: Phase 1, then the chunked recurrence (Phase 2),
 returning ``(o, memory)``; differentiable with torch tensors

@@ -40,6 +40,9 @@ for _name in ("k_idx", "q_idx", "k_val", "q_val", "g", "beta", "stream_lengths")
     assert ffi.offsetof("sdm_p1_inputs", _name) % _WORD == 0
     _IN_WORDS.append(ffi.offsetof("sdm_p1_inputs", _name) // _WORD)
 assert _IN_WORDS == [1, 2, 3, 4, 5, 6, 7], _IN_WORDS
+# Likewise the pointers of sdm_p1_input_grads (k_val, q_val, g, beta), after its 8-byte head.
+_GRAD_WORDS = [ffi.offsetof("sdm_p1_input_grads", n) // _WORD for n in ("k_val", "q_val", "g", "beta")]
+assert _GRAD_WORDS == [1, 2, 3, 4], _GRAD_WORDS
 _FIELD_COUNT = lib.SDM_P1_FIELD_COUNT
 
 
@@ -144,6 +147,7 @@ class CachedPlan:
         self._out_words = np.zeros(_FIELD_COUNT, np.uint64)
         self._outs = ffi.cast("uintptr_t*", ffi.from_buffer(self._out_words))
         self._outs_arg = ffi.cast("void**", self._outs)
+        self._backward: Any = None  # execute_backward's structs, made at its first call
         self.set_stream(stream)
 
     def set_stream(self, stream: int) -> None:
@@ -169,8 +173,38 @@ class CachedPlan:
             np.add(self._offsets, block, out=self._out_words)
             self._run(k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype)
 
-    def _run(self, k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype) -> None:
-        # Called with the lock held, the output pointers in place.
+    def execute_backward(self, k_idx: int, q_idx: int, k_val: int, q_val: int, g: int, beta: int,
+                         lengths: int, lengths_dtype: int, payload: int, grads: Sequence[int],
+                         outputs: Sequence[int]) -> None:
+        """``sdm_p1_execute_backward`` on the plan's stream (a plan created with backward = 1;
+        CPU: runs it): input pointers and stream lengths as at :meth:`execute`, ``payload``
+        (0: sort again from the ids), ``grads`` (one upstream gradient pointer per field id,
+        0 for none: ``_FIELD_COUNT`` of them) and ``outputs``, the pointers of dL/dk_val,
+        dL/dq_val, dL/dg and dL/dbeta (0: not computed). Device-side data errors are read by
+        :meth:`check_status`, as the forward's."""
+        with self.lock:
+            b = self._backward
+            if b is None:
+                grad_words = np.zeros(_FIELD_COUNT, np.uint64)
+                out = ffi.new("sdm_p1_input_grads*")
+                out.struct_size = ffi.sizeof("sdm_p1_input_grads")
+                b = self._backward = (grad_words, ffi.cast("const void* const*", ffi.from_buffer(grad_words)),
+                                      out, ffi.cast("uintptr_t*", out))
+            grad_words, grads_arg, out, out_words = b
+            grad_words[:] = grads
+            outputs = tuple(outputs) + (0,) * (len(_GRAD_WORDS) - len(outputs))
+            for word, p in zip(_GRAD_WORDS, outputs):
+                out_words[word] = p
+            self._set_inputs(k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype)
+            pay = ffi.cast("const int32_t*", payload)
+            rc = lib.sdm_p1_execute_backward(self.handle, self._inputs, pay, grads_arg, _FIELD_COUNT,
+                                             out, self._stream)
+            if rc:
+                check("sdm_p1_execute_backward", rc)
+            self.pending = self.workspace is not None  # a device-side data check to read
+
+    def _set_inputs(self, k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype) -> None:
+        # Called with the lock held.
         if self.handle is None:
             raise RuntimeError("sdm_phase1: this cached plan was evicted from the plan cache "
                                "(more than CACHE_LIMIT plans in use at once); call again")
@@ -184,6 +218,10 @@ class CachedPlan:
         w[7] = lengths
         if lengths:
             self._inputs.stream_lengths_dtype = lengths_dtype
+
+    def _run(self, k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype) -> None:
+        # Called with the lock held, the output pointers in place.
+        self._set_inputs(k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype)
         rc = lib.sdm_p1_execute(self.handle, self._inputs, self._outs_arg, _FIELD_COUNT, self._stream)
         if rc:
             check("sdm_p1_execute", rc)
@@ -258,10 +296,13 @@ def cached_plan(key: tuple, capturing: bool = False) -> Optional[CachedPlan]:
 
 def get_plan_for(key: tuple, options: tuple, make_workspace: Callable[[], Optional[Workspace]],
                  capturing: bool = False, backend: int = lib.SDM_P1_BACKEND_CUDA,
-                 num_threads: Optional[int] = None) -> CachedPlan:
+                 num_threads: Optional[int] = None, backward: bool = False,
+                 grad_dtype=None) -> CachedPlan:
     """As :func:`get_plan` under a key of the caller's: (framework, device, stream, then
-    anything that determines ``options`` and ``num_threads``, CPU threads: None for the
-    hardware's count)."""
+    anything that determines ``options``, ``num_threads``, CPU threads: None for the
+    hardware's count, ``backward`` and ``grad_dtype``). ``backward``: a plan that runs
+    :meth:`CachedPlan.execute_backward` (desc.backward = 1), its k_val / q_val gradients in
+    ``grad_dtype`` (None: the value dtype, or float32)."""
     plan = cached_plan(key, capturing)
     if plan is not None:
         return plan
@@ -281,7 +322,7 @@ def get_plan_for(key: tuple, options: tuple, make_workspace: Callable[[], Option
         index_dtype=options[8], value_dtype=options[9], gate_width=options[10],
         need_read_groups=options[11], det_fields=options[12], rec_tile=options[13],
         backend=backend, device=device if backend == lib.SDM_P1_BACKEND_CUDA else None,
-        num_threads=num_threads,
+        num_threads=num_threads, backward=backward, grad_dtype=grad_dtype,
     )
     try:
         plan = CachedPlan(key, values, stream, make_workspace())

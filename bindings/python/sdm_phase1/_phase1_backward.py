@@ -1,13 +1,15 @@
 """phase1_backward: the backward of :func:`phase1_forward` in one call, on NumPy arrays (the
-CPU backend), for callers that hold the forward's inputs and upstream gradients and no
-:class:`Plan` (docs/backward.md)."""
+CPU backend) or CuPy arrays (the CUDA backend), for callers that hold the forward's inputs and
+upstream gradients and no :class:`Plan` (docs/backward.md)."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
+from ._forward import framework_of
+from ._options import require_bool
 from ._plan import Plan
 
 __all__ = ["phase1_backward"]
@@ -30,17 +32,34 @@ def phase1_backward(
     payload=None,
     grad_dtype=None,
     num_threads: Optional[int] = None,
-) -> Dict[str, Optional[np.ndarray]]:
+    check: bool = False,
+) -> Dict[str, Optional[Any]]:
     """The gradients of k_val, q_val, g and beta for upstream gradients ``grads`` of the
     outputs of ``phase1_forward`` at these inputs (the same options); see
     :meth:`Plan.execute_backward` for ``grads``, ``payload``, the result and the errors.
 
     ``grad_dtype``: the k_val / q_val gradients' dtype, None (the value dtype) or float32.
-    NumPy (host) arrays only: the CUDA backward is not there yet. The gradients do not depend
-    on need_read_groups, det_fields or rec_tile, so they are not options here. Each call
-    creates a plan (and its worker threads) and frees it: for repeated calls keep a
-    ``Plan(..., backward=True)`` and call its :meth:`Plan.execute_backward`.
+    The gradients do not depend on need_read_groups, det_fields or rec_tile, so they are not
+    options here.
+
+    NumPy (host) arrays run on the CPU backend: each call creates a plan (and its worker
+    threads) and frees it; for repeated calls keep a ``Plan(..., backward=True)`` and call its
+    :meth:`Plan.execute_backward`. CuPy arrays (every input, gradient, ``stream_lengths`` and
+    ``payload`` on one GPU) run on the CUDA backend, as :func:`phase1_forward` does: on CuPy's
+    current stream, without a host synchronization, through a cached plan, the gradients in
+    CuPy arrays (bfloat16 as uint16); ``check``: wait for the stream and raise a device-side
+    data error here (else at the next :func:`synchronize`; ignored on the CPU, which always
+    raises at once). ``num_threads`` is ignored there. The bits are the CPU backend's.
+    PyTorch tensors take autograd (or the operator ``torch.ops.sdm_phase1.phase1_backward``).
     """
+    if framework_of(k_idx) == "cupy":
+        from ._cupy_impl import backward
+
+        return backward(k_idx, q_idx, k_val, q_val, g, grads, num_parallel=num_parallel,
+                        stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,
+                        beta=beta, stream_lengths=stream_lengths, payload=payload,
+                        grad_dtype=grad_dtype, check=check)
+    require_bool("check", check)
     k = np.asarray(k_idx)
     q = np.asarray(q_idx)
     vals = np.asarray(k_val)

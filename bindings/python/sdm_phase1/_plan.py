@@ -279,7 +279,8 @@ class Plan:
                          stream_lengths=None, payload=None) -> Dict[str, Optional[np.ndarray]]:
         """The backward (vector-Jacobian product) of :meth:`execute` at these inputs, on the
         CPU backend (docs/backward.md); the plan must have been created with
-        ``backward=True``.
+        ``backward=True``. Host (NumPy) arrays only, as :meth:`execute`: GPU tensors take
+        PyTorch autograd, or :func:`phase1_backward` with CuPy arrays (the CUDA backward).
 
         Args:
             k_idx, q_idx, k_val, q_val, g, stream_lengths: the forward's inputs.
@@ -302,8 +303,8 @@ class Plan:
             ValueError: arrays of a wrong shape, dtype or contiguity, a gradient of an output
                 that is not differentiable; :class:`InvalidArgumentError` from the library (a
                 plan without backward, kspa without beta), :class:`InvalidInputError` (bad
-                ids, gates, lengths, or a payload that is not the chunks' sort),
-                :class:`UnsupportedError` on the CUDA backend (not yet).
+                ids, gates, lengths, or a payload that is not the chunks' sort). A plan of
+                the "cuda" backend refuses host memory (InvalidArgumentError).
         """
         x = prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta)
         x.stream_lengths = prepare_lengths(stream_lengths, self._desc["num_parallel"])

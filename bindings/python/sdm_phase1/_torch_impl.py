@@ -10,7 +10,9 @@ synchronizes or reads device memory, so a call can be captured in a CUDA graph.
 
 A call whose inputs require grad while autograd records goes through the operator of
 ``torch_ops`` instead, which has the autograd formula (so the path without grad keeps its host
-time). :func:`run_backward` is that formula's library call.
+time). :func:`run_backward` is that formula's library call, on the same path (:func:`_call_plan`:
+key, checks, cached plan, stream), with a plan made with backward = 1 under its own key: CUDA
+tensors on their GPU, without host copies, CPU tensors on the CPU backend.
 
 Imported only when a torch tensor is passed (this module imports torch).
 """
@@ -19,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-import numpy as np
 import torch
 
 from . import _gpu
+from ._backward import DIFFERENTIABLE, VALUE_TYPED, check_payload, check_upstream, upstream_shapes
 from ._c import lib
 from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
 from ._dtypes import NAMES, framework_dtypes
@@ -37,6 +39,7 @@ __all__ = ["run", "forward", "needs_grad", "run_backward", "check_repeats", "TOR
 TORCH_DTYPES = framework_dtypes(torch)
 _NAMES = {dtype: NAMES[code] for code, dtype in TORCH_DTYPES.items()}
 _CPU = lib.SDM_P1_BACKEND_CPU
+_FIELD_COUNT = lib.SDM_P1_FIELD_COUNT
 
 try:  # the raw cudaStream_t of the current stream, without a Stream object (fast)
     _current_stream = torch._C._cuda_getCurrentRawStream
@@ -199,8 +202,10 @@ def _empty(shape, dtype, device) -> torch.Tensor:
 
 
 def _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset,
-               num_keys, valid_last, need_read_groups, rec_tile, det_fields, capturing):
-    """A call's plan on a cache miss: every check the key stands for, then the plan."""
+               num_keys, valid_last, need_read_groups, rec_tile, det_fields, capturing,
+               backward=False):
+    """A call's plan on a cache miss: every check the key stands for, then the plan (with
+    ``backward``, one that runs the backward, its extra a :class:`_BackwardData`)."""
     if not isinstance(k_idx, torch.Tensor):
         raise TypeError(f"k_idx must be a torch.Tensor, got {type(k_idx).__name__}")
     device = k_idx.device
@@ -217,11 +222,12 @@ def _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, 
                gate_width, o.need_read_groups, o.det_fields, o.rec_tile)
     if device.type == "cuda":
         index_ = device.index
-        plan = _gpu.get_plan_for(key, options, lambda: _TorchWorkspace(index_), capturing)
+        plan = _gpu.get_plan_for(key, options, lambda: _TorchWorkspace(index_), capturing,
+                                 backward=backward)
     else:
-        plan = _gpu.get_plan_for(key, options, lambda: None, backend=_CPU)
+        plan = _gpu.get_plan_for(key, options, lambda: None, backend=_CPU, backward=backward)
     if plan.extra is None:
-        plan.extra = _PlanData(plan, device)
+        plan.extra = _BackwardData(plan, device, beta is not None) if backward else _PlanData(plan, device)
     return plan
 
 
@@ -240,12 +246,19 @@ def call_key(k_idx, q_idx, k_val, q_val, g, beta, repeats, device: int, stream: 
             num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
 
 
-def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
-            valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths=None,
-            separate=False):
-    """Runs the call (enqueues it on the current stream of k_idx's GPU); returns (plan data,
-    outputs in field order). Raises as phase1_forward documents. ``separate``: a tensor of its
-    own per output (an operator's returns must not share storage), else views of one block."""
+#: The last element of a backward plan's key (after call_key's), which no forward key has.
+_BACKWARD = "backward"
+
+
+def _call_plan(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset,
+               num_keys, valid_last, need_read_groups, rec_tile, det_fields, check,
+               stream_lengths, backward=False):
+    """The cached plan of a forward call, or with ``backward`` of a backward call (whose plan
+    is made with need_read_groups True, rec_tile 0, det_fields 0, as the gradients depend on
+    none of them): the options checked into their key form, the current stream of k_idx's
+    GPU (0 on the CPU), the plan from the cache or made (every check its key stands for),
+    the inputs' contiguity. Returns (plan, device index, -1 for the CPU, num_parallel, check).
+    Raises as phase1_forward documents."""
     T = torch.Tensor
     if not (isinstance(k_idx, T) and isinstance(q_idx, T) and isinstance(k_val, T)
             and isinstance(q_val, T) and isinstance(g, T) and (beta is None or isinstance(beta, T))):
@@ -265,15 +278,37 @@ def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_o
                          "call sdm_phase1.synchronize() after a replay instead")
     key = call_key(k_idx, q_idx, k_val, q_val, g, beta, repeats, device, stream, num_parallel,
                    stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
+    if backward:
+        key += (_BACKWARD,)
     plan = _gpu.cached_plan(key, capturing)
     if plan is None:
         plan = _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel,
                           stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
-                          det_fields, capturing)
+                          det_fields, capturing, backward)
     if not (k_idx.is_contiguous() and q_idx.is_contiguous() and k_val.is_contiguous()
             and q_val.is_contiguous() and g.is_contiguous() and (beta is None or beta.is_contiguous())):
         tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
         _check_tensors(dict(tensors, **({} if beta is None else {"beta": beta})), k_idx.device)
+    return plan, device, num_parallel, check
+
+
+def _check_status(plan: _gpu.CachedPlan, device: int) -> None:
+    """check=True on a GPU: waits for the current stream, then raises the device-side data
+    check's error (a CPU plan raised at its call)."""
+    if device >= 0:
+        torch.cuda.current_stream(device).synchronize()
+        plan.check_status()
+
+
+def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
+            valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths=None,
+            separate=False):
+    """Runs the call (enqueues it on the current stream of k_idx's GPU); returns (plan data,
+    outputs in field order). Raises as phase1_forward documents. ``separate``: a tensor of its
+    own per output (an operator's returns must not share storage), else views of one block."""
+    plan, device, num_parallel, check = _call_plan(
+        k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
+        valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths)
     data = plan.extra
     inputs = (k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
               0 if beta is None else beta.data_ptr())
@@ -286,9 +321,8 @@ def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_o
         block = torch.empty(data.block_bytes, dtype=torch.uint8, device=data.device)
         plan.execute_block(*inputs, block.data_ptr(), *lengths)
         outs = data.carve(block)
-    if check and device >= 0:
-        torch.cuda.current_stream(device).synchronize()
-        plan.check_status()
+    if check:
+        _check_status(plan, device)
     return data, outs
 
 
@@ -341,62 +375,91 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
 
 
 # ---- the backward ----------------------------------------------------------------------------
-#: Backward plans by (shapes, options, dtypes): a Plan keeps its worker threads, so a training
-#: loop creates none per step. Bounded: cleared whole when full (shapes rarely vary).
-_BACKWARD_PLANS: dict = {}
-_BACKWARD_PLANS_MAX = 16
 
 
-def _host(t: torch.Tensor) -> np.ndarray:
-    """A contiguous CPU tensor as a NumPy array without a copy; bfloat16 as its uint16 bits
-    (what the NumPy path takes)."""
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(np.uint16)
-    return t.numpy()
+class _BackwardData:
+    """Per backward plan, built at its first use: the gradients' shapes and dtypes, and the
+    upstream gradients' and payload's that a call checks."""
 
+    def __init__(self, plan: _gpu.CachedPlan, device: torch.device, beta_given: bool):
+        o = plan.options
+        N, C, W, R = o["N"], o["C"], o["W"], o["R"]
+        value = TORCH_DTYPES[o["value_dtype"]]
+        grad = TORCH_DTYPES[o["grad_dtype"] or o["value_dtype"]]
+        self.device = device
+        self.N, self.C, self.W, self.R = N, C, W, R
+        #: dL/dk_val, dL/dq_val, dL/dg, and dL/dbeta where beta is given: (shape, dtype).
+        self.specs: List[Tuple[Tuple[int, ...], torch.dtype]] = [
+            ((N, C, W), grad), ((N, C, R), grad), ((N, C, o["gate_width"]), torch.float32)]
+        if beta_given:
+            self.specs.append(((N, C), torch.float32))
+        shapes = upstream_shapes(N, C, W, R)
+        #: Per name of DIFFERENTIABLE, in its order: (field id, shape, dtype) of its gradient.
+        self.upstream = [(field, shapes[name], value if name in VALUE_TYPED else torch.float32)
+                         for name, field in DIFFERENTIABLE.items()]
+        self.none = [0] * _FIELD_COUNT
 
-def _tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """A NumPy result as a tensor of ``dtype`` (uint16 bits read as bfloat16)."""
-    if dtype == torch.bfloat16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
+    def grad_pointers(self, grads) -> List[int]:
+        """The upstream gradient pointers by field id (0 for None), each checked: a tensor on
+        the plan's device of its shape and dtype, contiguous."""
+        if len(grads) != len(self.upstream):
+            raise ValueError(f"grads must hold one tensor or None per differentiable output "
+                             f"({', '.join(DIFFERENTIABLE)}), got {len(grads)}")
+        words = list(self.none)
+        for name, u, (field, shape, dtype) in zip(DIFFERENTIABLE, grads, self.upstream):
+            if u is None:
+                continue
+            if not isinstance(u, torch.Tensor):
+                raise TypeError(f"grads[{name!r}] must be a torch.Tensor or None, got "
+                                f"{type(u).__name__}")
+            if u.device != self.device:
+                raise ValueError(f"grads[{name!r}] is on {u.device} but k_idx is on {self.device}: "
+                                 "every tensor of a call must be on one device")
+            if u.shape != shape or u.dtype != dtype or not u.is_contiguous():
+                check_upstream(name, tuple(u.shape), _dtype_name(u), shape, _NAMES[dtype],
+                               u.is_contiguous(), f"grads[{name!r}].contiguous()")
+            words[field] = u.data_ptr()
+        return words
+
+    def payload_pointer(self, payload) -> int:
+        """The payload's pointer (0 for None), checked: an int32 [N, row] contiguous tensor on
+        the plan's device (its contents are checked by the library)."""
+        if payload is None:
+            return 0
+        if not isinstance(payload, torch.Tensor):
+            raise TypeError(f"payload must be None or a torch.Tensor, got {type(payload).__name__}")
+        if payload.device != self.device:
+            raise ValueError(f"payload is on {payload.device} but k_idx is on {self.device}: "
+                             "every tensor of a call must be on one device")
+        check_payload(tuple(payload.shape), _dtype_name(payload), payload.is_contiguous(),
+                      self.N, self.C, self.W, self.R, "tensor")
+        return payload.data_ptr()
 
 
 def run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
                  grads: List[Optional[torch.Tensor]], num_parallel: int, stream_offset: int,
-                 num_keys: int, valid_last: int) -> List[torch.Tensor]:
-    """``sdm_p1_execute_backward`` through :meth:`sdm_phase1.Plan.execute_backward` (a cached
-    backward plan): [dk_val, dq_val, dg] and dbeta where beta is given, in the inputs' dtypes.
-    ``grads``: one upstream gradient or None per name of ``_backward.DIFFERENTIABLE``, in
-    that order. The library's backward runs on the CPU backend only (docs/backward.md), so
-    CUDA tensors are copied to the host and the gradients back: that synchronizes the
-    stream and cannot be captured in a CUDA graph."""
-    from ._backward import DIFFERENTIABLE
-    from ._plan import Plan
-
-    device = k_val.device
-    on_host = device.type == "cpu"
-    k, q, kv, qv, gates = (_host(t if on_host else t.cpu()) for t in (k_idx, q_idx, k_val, q_val, g))
-    b, pay, lengths = (None if t is None else _host(t if on_host else t.cpu())
-                       for t in (beta, payload, stream_lengths))
-    N, C, W = k.shape
-    key = (N, C, W, q.shape[2], num_parallel, stream_offset, num_keys, valid_last, k.dtype,
-           kv.dtype, gates.shape[2])
-    plan = _BACKWARD_PLANS.get(key)
-    if plan is None:
-        if len(_BACKWARD_PLANS) >= _BACKWARD_PLANS_MAX:
-            _BACKWARD_PLANS.clear()  # the plans close as they are freed
-        plan = _BACKWARD_PLANS[key] = Plan(
-            N=N, C=C, W=W, R=q.shape[2], num_parallel=num_parallel, stream_offset=stream_offset,
-            num_keys=num_keys, valid_last=valid_last, index_dtype=k.dtype, value_dtype=kv.dtype,
-            gate_width=gates.shape[2], det_fields=0, backward=True)
-    named = {name: _host(u if on_host else u.cpu()) for name, u in zip(DIFFERENTIABLE, grads)
-             if u is not None}
-    got = plan.execute_backward(k, q, kv, qv, gates, named, beta=b, stream_lengths=lengths,
-                                payload=pay)
-    # k_val, q_val and g always have a gradient; beta where it is given.
-    out = [_tensor(a, t.dtype) for a, t in ((got["k_val"], k_val), (got["q_val"], q_val),
-                                            (got["g"], g), (got["beta"], beta))
-           if a is not None and t is not None]
-    return out if on_host else [t.to(device) for t in out]
+                 num_keys: int, valid_last: int, check: bool = False) -> List[torch.Tensor]:
+    """``sdm_p1_execute_backward`` on the tensors' device, as :func:`_launch` runs the
+    forward: CUDA tensors on the current stream of their GPU (device pointers, gradients
+    from PyTorch's caching allocator, a cached CUDA plan made with backward = 1: no host
+    copy, no synchronization, capturable in a CUDA graph), CPU tensors on the CPU backend.
+    Returns [dk_val, dq_val, dg] and dbeta where beta is given, each a tensor of its own,
+    k_val's and q_val's in the value dtype. ``grads``: one upstream gradient or None per
+    name of ``_backward.DIFFERENTIABLE``, in that order; ``payload``: the forward's (None:
+    sorted again from the ids). ``check``: as the forward's (a GPU's data errors otherwise
+    surface at the next :func:`sdm_phase1.synchronize`)."""
+    plan, device, num_parallel, check = _call_plan(
+        k_idx, q_idx, k_val, q_val, g, beta, None, num_parallel, stream_offset, num_keys,
+        valid_last, True, 0, 0, check, stream_lengths, backward=True)
+    data = plan.extra
+    ups = data.grad_pointers(grads)
+    pay = data.payload_pointer(payload)
+    lengths = lengths_arg(stream_lengths, data.device, num_parallel)
+    dev = data.device
+    outs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in data.specs]
+    plan.execute_backward(k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(),
+                          q_val.data_ptr(), g.data_ptr(), 0 if beta is None else beta.data_ptr(),
+                          lengths[0], lengths[1], pay, ups, [o.data_ptr() for o in outs])
+    if check:
+        _check_status(plan, device)
+    return outs

@@ -15,9 +15,13 @@ The backward calls ``phase1_backward``, the library's ``sdm_p1_execute_backward`
 (docs/backward.md) on the forward's inputs and its ``payload`` output (the sort, not done
 again), with the upstream gradients of the float outputs (a, qk, log_k, log_q, rex, cpe,
 k_eff, q_w, kspa). The integer outputs (payload, positions, flags, the records' words) get no
-gradient; the ids, the options and ``stream_lengths`` are not differentiable. The library's
-backward runs on the CPU backend only so far: for CUDA tensors ``phase1_backward`` copies its
-inputs to the host and the gradients back (it synchronizes; the forward stays on the GPU).
+gradient; the ids, the options and ``stream_lengths`` are not differentiable. It runs where
+the forward ran, as the forward does: CUDA tensors on the CUDA backend, on the current stream
+of their device (which autograd sets to the forward's), through a cached CUDA plan made with
+backward = 1, with device pointers and gradients from PyTorch's caching allocator (no host
+copy, no synchronization: capturable in a CUDA graph); CPU tensors on the CPU backend. The
+forward's ``check`` applies to it too (else a GPU's data errors surface at
+:func:`sdm_phase1.synchronize`). The gradients are the same bits on both.
 The backward is not itself differentiable: a double backward raises
 (:data:`NOT_TWICE_DIFFERENTIABLE`).
 
@@ -92,10 +96,11 @@ def _phase1_fake(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offse
 #: The backward operator's schema. ``grads``: one upstream gradient or None per name of
 #: :data:`GRAD_NAMES`, in that order (shapes and dtypes of docs/backward.md). Returns
 #: [dk_val, dq_val, dg], then dbeta where beta is given: k_val and q_val's in the value dtype.
+#: ``check``: as the forward's (GPU tensors: wait for the stream and raise a data error here).
 BACKWARD_SCHEMA = ("phase1_backward(Tensor k_idx, Tensor q_idx, Tensor k_val, Tensor q_val, "
                    "Tensor g, Tensor? beta, Tensor? payload, Tensor? stream_lengths, "
                    "Tensor?[] grads, int num_parallel, int stream_offset, int num_keys, "
-                   "int valid_last) -> Tensor[]")
+                   "int valid_last, bool check=False) -> Tensor[]")
 #: The outputs that take an upstream gradient, in the order of the backward's ``grads``.
 GRAD_NAMES = tuple(DIFFERENTIABLE)
 #: The error of a second differentiation (docs/backward.md: "Once differentiable").
@@ -106,10 +111,10 @@ _LIBRARY.define(BACKWARD_SCHEMA)
 
 
 def _backward_implementation(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, grads,
-                             num_parallel, stream_offset, num_keys,
-                             valid_last) -> List[torch.Tensor]:
+                             num_parallel, stream_offset, num_keys, valid_last,
+                             check=False) -> List[torch.Tensor]:
     return _torch_impl.run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
-                                    grads, num_parallel, stream_offset, num_keys, valid_last)
+                                    grads, num_parallel, stream_offset, num_keys, valid_last, check)
 
 
 _LIBRARY.impl("phase1_backward", _backward_implementation, "CUDA")
@@ -121,7 +126,7 @@ phase1_backward_op = torch.ops.sdm_phase1.phase1_backward.default
 
 @torch.library.register_fake("sdm_phase1::phase1_backward")
 def _phase1_backward_fake(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, grads,
-                          num_parallel, stream_offset, num_keys, valid_last):
+                          num_parallel, stream_offset, num_keys, valid_last, check=False):
     inputs = (k_val, q_val, g) if beta is None else (k_val, q_val, g, beta)
     return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in inputs]
 
@@ -144,13 +149,14 @@ _PAYLOAD = lib.SDM_P1_FIELD_PAYLOAD
 
 def _setup_context(ctx, inputs, output):
     (k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys, valid_last,
-     need_read_groups, _rec_tile, det_fields, _check, stream_lengths) = inputs
+     need_read_groups, _rec_tile, det_fields, check, stream_lengths) = inputs
     fields = _fields_of(det_fields, need_read_groups)
     # The payload (the sort) is always computed; it spares the backward sorting again.
     payload = output[fields.index(_PAYLOAD)] if _PAYLOAD in fields else None
     ctx.save_for_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths)
     ctx.fields = fields
     ctx.options = (num_parallel, stream_offset, num_keys, valid_last)
+    ctx.check = check
     # Outputs the loss does not use come as None, not zeros: the library reads NULL as zero.
     ctx.set_materialize_grads(False)
 
@@ -166,7 +172,7 @@ def _backward(ctx, grads):
     if all(u is None for u in ups) or not any(need[2:6]):
         return (None,) * len(need)
     got = phase1_backward_op(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, ups,
-                             *ctx.options)
+                             *ctx.options, check=ctx.check)
     dk, dq, dg = got[0], got[1], got[2]
     dbeta = got[3] if beta is not None else None
     return ((None, None, dk if need[2] else None, dq if need[3] else None,

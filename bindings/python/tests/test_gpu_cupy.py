@@ -1,6 +1,7 @@
 """CuPy arrays on the CUDA backend: outputs bit for bit the CPU backend's, CuPy arrays from CuPy's
-pool, on CuPy's current stream; bad arguments and device-side bad data. Skips without CuPy, a
-GPU or a CUDA-enabled library."""
+pool, on CuPy's current stream; bad arguments and device-side bad data; phase1_backward on CuPy
+arrays (the CUDA backward): the NumPy call's bits, a bad payload. Skips without CuPy, a GPU or a
+CUDA-enabled library."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import sdm_phase1 as p1
 from gpu_support import assert_same, cpu_result, cuda_skip_reason, split
+from test_backward_cpu import get_case, upstream
 from test_reference import make_case
 
 cupy = pytest.importorskip("cupy")
@@ -98,3 +100,78 @@ def test_device_side_bad_data():
         call(to_cupy(inputs), opts, check=True)
     assert gpu.value.status == "SDM_P1_ERROR_INVALID_INPUT" and gpu.value.message == cpu.value.message
     assert type(gpu.value) is type(cpu.value) is p1.InvalidInputError
+
+
+# ---- phase1_backward on CuPy arrays: the CUDA backward ---------------------------------------
+
+
+def _backward_inputs(case):
+    """The case's inputs as CuPy arrays, stream_lengths too, and its options."""
+    kw = dict(case["kw"])
+    lengths = kw.pop("stream_lengths")
+    x = {n: (None if case[n] is None else cupy.asarray(case[n])) for n in NAMES + ("beta",)}
+    x["stream_lengths"] = None if lengths is None else cupy.asarray(np.asarray(lengths, np.int64))
+    return x, kw
+
+
+def _cupy_backward(case, ups, payload=None, **extra):
+    x, kw = _backward_inputs(case)
+    up = {n: cupy.asarray(u) for n, u in ups.items()}
+    return p1.phase1_backward(*(x[n] for n in NAMES), up, beta=x["beta"],
+                              stream_lengths=x["stream_lengths"], payload=payload, **kw, **extra)
+
+
+@pytest.mark.parametrize("cid", ["hot-repeats-gw-pad", "streams-4-lengths-gw", "bf16-g1-beta",
+                                 "bf16-gw-no-beta"])
+def test_backward_matches_cpu(cid):
+    """phase1_backward on CuPy arrays (every upstream gradient, records' too, NaN where never
+    read): the NumPy call's bits, with the forward's payload (a CuPy array) and without; for
+    bfloat16 values also with float32 gradients (grad_dtype)."""
+    case = get_case(cid)
+    ups = upstream(case, np.random.default_rng(3))
+    kw = dict(case["kw"])
+    wide = [None] + ([np.float32] if case["k_val"].dtype == np.uint16 else [])
+    x, _ = _backward_inputs(case)
+    payload = p1.phase1_forward(*(x[n] for n in NAMES), beta=x["beta"],
+                                stream_lengths=x["stream_lengths"], det_fields=0,
+                                **{k: v for k, v in kw.items() if k != "stream_lengths"}).payload
+    for grad_dtype in wide:
+        want = p1.phase1_backward(case["k_idx"], case["q_idx"], case["k_val"], case["q_val"],
+                                  case["g"], ups, beta=case["beta"], grad_dtype=grad_dtype, **kw)
+        for pay in (payload, None):
+            got = _cupy_backward(case, ups, pay, grad_dtype=grad_dtype, check=True)
+            assert set(got) == set(want)
+            for n, w in want.items():
+                if w is None:
+                    assert got[n] is None, n
+                    continue
+                assert isinstance(got[n], cupy.ndarray) and got[n].dtype == w.dtype, n
+                assert got[n].get().tobytes() == w.tobytes(), n
+
+
+def test_backward_bad_payload_and_arguments():
+    case = get_case("hot-repeats-g1-pad")
+    rng = np.random.default_rng(2)
+    ups = {k: np.nan_to_num(u) for k, u in upstream(case, rng, fields=("a", "kspa")).items()}
+    kw = case["kw"]
+    payload = p1.phase1_forward(case["k_idx"], case["q_idx"], case["k_val"], case["q_val"], case["g"],
+                                det_fields=0, **kw).payload.copy()
+    payload[1, [0, 1]] = payload[1, [1, 1]]  # one entry named twice: not the chunk's sort
+    with pytest.raises(p1.InvalidInputError) as cpu:
+        p1.phase1_backward(case["k_idx"], case["q_idx"], case["k_val"], case["q_val"], case["g"],
+                           ups, beta=case["beta"], payload=payload, **kw)
+    p1.synchronize()
+    with pytest.raises(p1.InvalidInputError) as gpu:
+        _cupy_backward(case, ups, cupy.asarray(payload), check=True)
+    assert gpu.value.message == cpu.value.message
+    _cupy_backward(case, ups, cupy.asarray(payload))  # check=False: at the next synchronize()
+    with pytest.raises(p1.InvalidInputError) as later:
+        p1.synchronize()
+    assert later.value.message == cpu.value.message
+    with pytest.raises(ValueError, match="payload must be the forward's payload output"):
+        _cupy_backward(case, ups, cupy.asarray(payload[:, :8]))
+    x, options = _backward_inputs(case)
+    with pytest.raises(ValueError, match=r"grads\['a'\] must be a cupy array on GPU"):
+        p1.phase1_backward(*(x[n] for n in NAMES), ups, beta=x["beta"], **options)  # NumPy grads
+    with pytest.raises(ValueError, match=r"grads\['payload'\]: not a differentiable output"):
+        _cupy_backward(case, {"payload": cupy.zeros((2, 48), cupy.int32)})

@@ -1,8 +1,9 @@
 """PyTorch CUDA tensors on the CUDA backend, through sdm_phase1.phase1_forward and the operator
 sdm_phase1::phase1_forward: every output bit equal to the CPU backend's (through the NumPy path
 on the same data), the spec's fields and dtypes, a side stream, CUDA graph capture and replay,
-torch.compile(fullgraph=True), bad arguments, device-side bad data and autograd (the backward
-through the CPU backend).
+torch.compile(fullgraph=True), bad arguments, device-side bad data; and autograd, whose backward
+runs on the CUDA backend too: the CPU tensors' gradients bit for bit, no host copy (a CUDA graph
+of forward and backward), the backward's bad payload and data.
 
 Skips without torch, without a GPU or with a library built without the CUDA backend."""
 
@@ -15,10 +16,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sdm_phase1 as p1
-from gpu_support import assert_same, capture_graph, cpu_result, cuda_skip_reason, split, torch_inputs
+from gpu_support import (
+    assert_same,
+    capture_graph,
+    cpu_result,
+    cuda_skip_reason,
+    split,
+    to_numpy,
+    torch_inputs,
+)
+from test_backward_cpu import ALL_CASES, get_case, upstream
+from test_backward_reference import make_case as backward_case
 from test_reference import make_case
 
 torch = pytest.importorskip("torch")
+from sdm_phase1.torch_ops import GRAD_NAMES  # noqa: E402  (after the skip: imports torch)
+from test_torch_autograd import FLOAT_FIELDS, VALUES, as_bf16, options, tensors, zipf_case  # noqa: E402
+from test_torch_autograd import forward as autograd_forward  # noqa: E402
+
 _REASON = cuda_skip_reason() or (None if torch.cuda.is_available() else "torch sees no CUDA device")
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
 
@@ -363,24 +378,195 @@ def test_outputs_in_torch_memory_and_no_input_copies():
     assert all(x.device == t["k_idx"].device for x in out if x is not None)
 
 
-def test_autograd_on_cuda():
-    """Gradients of CUDA tensors (the backward runs on the CPU backend, through host copies):
-    on the inputs' device, and the CPU tensors' bits, through both paths."""
+# ---- autograd: the backward on the CUDA backend ------------------------------------------------
+# The CPU tensors' gradients are held to phase1_backward (NumPy) and the float64 reference in
+# test_torch_autograd.py; here the CUDA tensors' gradients are held to theirs, bit for bit.
+
+#: Data families: uniform (distinct ids), hot slots (repeats, padding, per-write gates), Zipf
+#: ids, per-stream lengths (a device tensor), bfloat16 values (bfloat16 k_val / q_val
+#: gradients, float32 g / beta ones and float32 upstream gradients but for cpe, k_eff, q_w),
+#: with and without beta.
+BACKWARD_CASES = {
+    "uniform": lambda: backward_case(4, N=4, C=32, W=4, R=4, num_keys=4096, kmode="distinct"),
+    "hot-slots": lambda: get_case("hot-repeats-gw-pad"),
+    "zipf": lambda: zipf_case(5),
+    "stream-lengths": lambda: get_case("streams-4-lengths-gw"),
+    "bf16-zipf": lambda: as_bf16(zipf_case(6)),
+    "bf16-no-beta": lambda: get_case("bf16-gw-no-beta"),
+}
+
+
+def _leaves(case, device):
+    """The case's inputs as tensors on ``device``, k_val, q_val, g and beta requiring grad."""
+    return {n: (None if x is None else x.detach().to(device).requires_grad_(n in VALUES))
+            for n, x in tensors(case).items()}
+
+
+def _autograd(case, x, ups, f=None):
+    """{input: gradient} of the outputs in ``ups`` (tensors on x's device) through autograd."""
+    out = autograd_forward(x, case, f)
+    names = [n for n in VALUES if x[n] is not None]
+    got = torch.autograd.grad([getattr(out, k) for k in ups], [x[n] for n in names],
+                              [ups[k] for k in ups])
+    return dict(zip(names, got))
+
+
+def _assert_same_grads(want, got):
+    assert set(got) == set(want)
+    for n, w in want.items():
+        assert got[n].device.type == "cuda" and got[n].dtype == w.dtype, n
+        assert got[n].shape == w.shape, n
+        assert to_numpy(got[n]).tobytes() == to_numpy(w).tobytes(), f"{n}: bits differ from the CPU's"
+
+
+@pytest.mark.parametrize("path", ["op", "phase1_forward"])
+@pytest.mark.parametrize("name", list(BACKWARD_CASES))
+def test_autograd_gradients_match_cpu(name, path):
+    """Every float output's upstream gradient at once (NaN in the cells the backward never
+    reads): the CUDA tensors' gradients are the CPU tensors', bit for bit, dtypes and shapes.
+    A second call, whose plans are cached, makes no synchronizing PyTorch call (no host copy:
+    torch.cuda.set_sync_debug_mode("error") would raise)."""
+    case = BACKWARD_CASES[name]()
+    ups = upstream(case, np.random.default_rng(3), fields=FLOAT_FIELDS)
+    f = None if path == "op" else p1.phase1_forward
+    want = _autograd(case, _leaves(case, "cpu"), torch_inputs(ups, "cpu"), f)
+    x = _leaves(case, DEV)
+    up = torch_inputs(ups, DEV)
+    _assert_same_grads(want, _autograd(case, x, up, f))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        again = _autograd(case, x, up, f)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    _assert_same_grads(want, again)
+    p1.synchronize()  # the backward's data check: clean
+
+
+def test_forward_and_backward_in_one_cuda_graph():
+    """The forward and autograd's backward captured in one CUDA graph (which a host copy or a
+    synchronization would break), replayed on new inputs and upstream gradients in the same
+    tensors: each replay's gradients are the CPU's for that data."""
     from sdm_phase1 import torch_ops
 
-    t, opts = _good()
-    names = ("k_idx", "q_idx", "k_val", "q_val", "g")
-    grads = {}
-    for device in ("cpu", DEV):
-        for f in (p1.phase1_forward, torch_ops.phase1_forward):
-            x = {n: (v.to(device, copy=True) if v is not None else None) for n, v in t.items()}
-            for n in ("k_val", "q_val", "g", "beta"):
-                x[n].requires_grad_()
-            out = f(*(x[n] for n in names), beta=x["beta"], **opts)
-            loss = out.a.sum() + out.qk.square().sum() + out.k_eff.sum() + out.kspa.sum()
-            loss.backward()
-            got = [x[n].grad for n in ("k_val", "q_val", "g", "beta")]
-            assert all(gr.device == x["k_val"].device for gr in got)
-            grads.setdefault(f, []).append([gr.cpu() for gr in got])
-    for f, (cpu, cuda) in grads.items():
-        assert all(torch.equal(a, b) for a, b in zip(cpu, cuda)), f
+    cid = "hot-repeats-gw-pad"
+    cases = [get_case(cid), backward_case(7, **ALL_CASES[cid]), backward_case(8, **ALL_CASES[cid])]
+    rng = np.random.default_rng(5)
+    fields = ("a", "qk", "log_k", "rex", "k_eff", "q_w", "kspa")
+    ups = [upstream(c, rng, fields=fields) for c in cases]
+    x = _leaves(cases[0], DEV)
+    up = torch_inputs(ups[0], DEV)
+    names = [n for n in VALUES if x[n] is not None]
+    opts = options(cases[0])
+
+    def step():
+        out = torch_ops.phase1_forward(x["k_idx"], x["q_idx"], x["k_val"], x["q_val"], x["g"],
+                                       beta=x["beta"], **opts)
+        return torch.autograd.grad([getattr(out, k) for k in fields], [x[n] for n in names],
+                                   [up[k] for k in fields])
+
+    before = p1.plan_cache_info()["pinned"]
+    graph, grads = capture_graph(step)
+    assert p1.plan_cache_info()["pinned"] >= before + 2  # the forward's plan and the backward's
+    for case, u in zip(cases[1:] + cases[:1], ups[1:] + ups[:1]):
+        with torch.no_grad():
+            for n, src in _leaves(case, DEV).items():
+                if src is not None:
+                    x[n].copy_(src)
+            for k, src in torch_inputs(u, DEV).items():
+                up[k].copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = _autograd(case, _leaves(case, "cpu"), torch_inputs(u, "cpu"))
+        _assert_same_grads({n: want[n] for n in names}, dict(zip(names, grads)))
+    p1.synchronize()  # the graph's plans: data checks of the last replay, clean
+
+
+def _backward_args(case, device, ups, payload="forward"):
+    """The backward operator's arguments for the case on ``device``: the forward's payload
+    (computed there), or None, or the array given."""
+    x = {n: (None if v is None else v.detach().to(device)) for n, v in tensors(case).items()}
+    if isinstance(payload, str):
+        payload = autograd_forward(x, case).payload
+    elif payload is not None:
+        payload = torch.from_numpy(payload).to(device)
+    up = torch_inputs(ups, device)
+    o = options(case)
+    return (x["k_idx"], x["q_idx"], x["k_val"], x["q_val"], x["g"], x["beta"], payload,
+            x["stream_lengths"], [up.get(n) for n in GRAD_NAMES], o["num_parallel"],
+            o["stream_offset"], o["num_keys"], o["valid_last"])
+
+
+def _bad_backward_cases():
+    """(name, case, payload): a payload that is not the chunks' sort, an id out of range with
+    the ids sorted again (payload None), a NaN gate of a valid token."""
+    case = get_case("hot-repeats-g1-pad")
+    payload = to_numpy(autograd_forward(tensors(case, requires_grad=()), case).payload).copy()
+    payload[1, [0, 1]] = payload[1, [1, 1]]  # one entry named twice
+    bad_id = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in case.items()}
+    bad_id["k_idx"][1, 2, 1] = 10 ** 6
+    bad_gate = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in case.items()}
+    bad_gate["g"][1, 3, 0] = np.nan
+    return [("payload", case, payload), ("id", bad_id, None), ("gate", bad_gate, "forward")]
+
+
+@pytest.mark.parametrize("what", ["payload", "id", "gate"])
+def test_backward_bad_payload_and_data(what):
+    """Bad data reach the CUDA backward only through the operator called directly (autograd's
+    forward has checked them): with check=True it raises the library's InvalidInputError with
+    the CPU backend's message; with check=False the call returns and the next
+    sdm_phase1.synchronize() raises it."""
+    _, case, payload = next(c for c in _bad_backward_cases() if c[0] == what)
+    gate_case = what == "gate"
+    good = get_case("hot-repeats-g1-pad")
+    ups = {k: np.nan_to_num(u) for k, u in
+           upstream(good, np.random.default_rng(2), fields=("a", "k_eff", "kspa")).items()}
+    op = torch.ops.sdm_phase1.phase1_backward
+
+    def args(device):
+        if gate_case:  # the payload of the good data, the gate made bad afterwards
+            a = list(_backward_args(good, device, ups))
+            a[4] = torch.from_numpy(case["g"]).to(device)
+            return tuple(a)
+        return _backward_args(case, device, ups, payload)
+
+    with pytest.raises(p1.Phase1Error) as cpu:
+        op(*args("cpu"))
+    assert type(cpu.value) is p1.InvalidInputError and "sdm_p1_execute_backward" in str(cpu.value)
+    p1.synchronize()  # nothing pending from earlier tests
+    with pytest.raises(p1.Phase1Error) as gpu:
+        op(*args(DEV), check=True)
+    assert type(gpu.value) is p1.InvalidInputError and gpu.value.message == cpu.value.message
+    op(*args(DEV))  # check=False: the call does not raise ...
+    with pytest.raises(p1.Phase1Error) as later:  # ... the next synchronize() does
+        p1.synchronize()
+    assert type(later.value) is p1.InvalidInputError and later.value.message == cpu.value.message
+    p1.synchronize()  # reported once
+    op(*_backward_args(good, DEV, ups), check=True)  # clean data: no error
+
+
+def test_backward_bad_arguments():
+    case = get_case("hot-repeats-g1-pad")
+    ups = {k: np.nan_to_num(u) for k, u in upstream(case, np.random.default_rng(2), fields=("a",)).items()}
+    args = list(_backward_args(case, DEV, ups))
+    op = torch.ops.sdm_phase1.phase1_backward
+    a_place = GRAD_NAMES.index("a")
+    bad = list(args)
+    bad[8] = list(args[8])
+    bad[8][a_place] = args[8][a_place].cpu()
+    with pytest.raises(ValueError, match=r"grads\['a'\] is on cpu but k_idx is on cuda:0"):
+        op(*bad)
+    bad[8][a_place] = args[8][a_place].double()
+    with pytest.raises(ValueError, match=r"grads\['a'\] has dtype float64"):
+        op(*bad)
+    bad = list(args)
+    bad[6] = args[6][:, :8].contiguous()
+    with pytest.raises(ValueError, match="payload must be the forward's payload output"):
+        op(*bad)
+    bad[6] = args[6].cpu()
+    with pytest.raises(ValueError, match="payload is on cpu"):
+        op(*bad)
+    bad = list(args)
+    bad[2] = args[2].cpu()
+    with pytest.raises(ValueError, match="k_val is on cpu"):
+        op(*bad)

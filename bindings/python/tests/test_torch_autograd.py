@@ -270,3 +270,73 @@ def test_only_some_inputs_require_grad():
     want = numpy_grads(case, {f: np.nan_to_num(u) for f, u in ups.items()})
     assert t["g"].grad.numpy().tobytes() == want["g"].tobytes()
     assert all(t[n].grad is None for n in ("k_val", "q_val", "beta"))
+
+
+def _backward_op_args(case, ups):
+    """The backward operator's arguments: the case's inputs, its forward's payload, the upstream
+    gradients in GRAD_NAMES order."""
+    t = tensors(case, requires_grad=())
+    payload = forward(t, case).payload
+    up = torch_inputs(ups, "cpu")
+    o = options(case)
+    return [t["k_idx"], t["q_idx"], t["k_val"], t["q_val"], t["g"], t["beta"], payload,
+            t["stream_lengths"], [up.get(n) for n in torch_ops.GRAD_NAMES], o["num_parallel"],
+            o["stream_offset"], o["num_keys"], o["valid_last"]]
+
+
+def test_backward_operator_checks_its_arguments():
+    """The backward operator called directly: upstream gradients and the payload checked (the
+    checks the CUDA path shares), a corrupted payload refused by the library; check=True
+    changes nothing on the CPU (errors are raised at once there)."""
+    case = get_case("hot-repeats-g1-pad")
+    ups = {k: np.nan_to_num(u) for k, u in
+           upstream(case, np.random.default_rng(2), fields=("a", "k_eff", "kspa")).items()}
+    args = _backward_op_args(case, ups)
+    op = torch.ops.sdm_phase1.phase1_backward
+    want = op(*args)
+    assert all(torch.equal(a, b) for a, b in zip(op(*args, check=True), want))
+    place = torch_ops.GRAD_NAMES.index("a")
+    for change, error, match in [
+        (lambda u: u.double(), ValueError, r"grads\['a'\] has dtype float64"),
+        (lambda u: u[:, :, :-1].contiguous(), ValueError, r"grads\['a'\] has shape"),
+        (lambda u: u.transpose(1, 2), ValueError, r"grads\['a'\] is not contiguous"),
+        (lambda u: u.to(torch.bfloat16), ValueError, r"grads\['a'\] has dtype bfloat16"),
+    ]:
+        bad = list(args)
+        bad[8] = list(args[8])
+        bad[8][place] = change(args[8][place])
+        with pytest.raises(error, match=match):
+            op(*bad)
+    bad = list(args)
+    bad[8] = args[8][:3]
+    with pytest.raises(ValueError, match="one tensor or None per differentiable output"):
+        op(*bad)
+    for payload in (args[6][:, :8].contiguous(), args[6].long()):
+        bad = list(args)
+        bad[6] = payload
+        with pytest.raises(ValueError, match="payload must be the forward's payload output"):
+            op(*bad)
+    bad = list(args)
+    bad[6] = args[6].clone()
+    bad[6][1, [0, 1]] = args[6][1, [1, 1]]  # one entry named twice: not the chunk's sort
+    with pytest.raises(p1.InvalidInputError, match="sdm_p1_execute_backward.*payload"):
+        op(*bad)
+    bad = list(args)
+    bad[6] = None  # sorted again from the ids: the same bits
+    assert all(torch.equal(a, b) for a, b in zip(op(*bad), want))
+
+
+def test_backward_plans_are_cached():
+    """A backward's plan is made once per shapes and options, beside the forward's (its own
+    key), and found again by the next step."""
+    case = get_case("hot-repeats-gw-pad")
+    ups = upstream(case, np.random.default_rng(6), fields=FLOAT_FIELDS)
+    p1.clear_plan_cache()
+    first = p1.plan_cache_info()
+    want = autograd_grads(case, ups)
+    made = p1.plan_cache_info()
+    assert made["created"] == first["created"] + 2 and made["plans"] == 2  # forward, backward
+    got = autograd_grads(case, ups)
+    after = p1.plan_cache_info()
+    assert after["created"] == made["created"] and after["hits"] >= made["hits"] + 2
+    assert all(got[n].tobytes() == want[n].tobytes() for n in want)
