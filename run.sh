@@ -347,7 +347,10 @@ wheel_tests() {
     "$python" -m venv "$wheel/venv"
     "$wheel/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$file" pytest \
         pycparser ml_dtypes
-    install_torch "$wheel/venv/bin/python"   # the PyTorch tests (autograd, the layer) run too
+    # The PyTorch tests (autograd, the layer) run too, with the project environment's torch (a
+    # second copy would cost GBs and minutes): its site-packages come after the wheel's own.
+    local purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+    "$python" -c "$purelib" >"$("$wheel/venv/bin/python" -c "$purelib")/project-env.pth"
     echo "wheel: built and installed in $((SECONDS - t0)) s"
     step "Python tests (pytest) against the installed wheel"
     # From inside the environment's folder, so that nothing of the checkout is on the path.
