@@ -335,7 +335,8 @@ def test_backward_plans_are_cached():
     first = p1.plan_cache_info()
     want = autograd_grads(case, ups)
     made = p1.plan_cache_info()
-    assert made["created"] == first["created"] + 2 and made["plans"] == 2  # forward, backward
+    # forward, backward (plans a CUDA graph of an earlier test pinned stay in the cache)
+    assert made["created"] == first["created"] + 2 and made["plans"] == first["plans"] + 2
     got = autograd_grads(case, ups)
     after = p1.plan_cache_info()
     assert after["created"] == made["created"] and after["hits"] >= made["hits"] + 2
