@@ -88,11 +88,12 @@ install_python_packages() {
     pip_install_missing mesonbuild "meson>=1.1" numpy numpy cffi cffi pycparser pycparser
 }
 
-# Python packages of the test job: pytest, the bfloat16 dtype test's ml_dtypes, the linters
+# Python packages of the test job: pytest, the bfloat16 dtype test's ml_dtypes, JAX (its
+# handlers are built and tested on the CPU), the linters
 # (clang-format pinned: another version lays the same code out differently).
 install_python_test_packages() {
     choose_python
-    pip_install_missing pytest pytest ml_dtypes ml_dtypes ruff ruff mypy mypy
+    pip_install_missing pytest pytest ml_dtypes ml_dtypes ruff ruff mypy mypy jax "jax[cpu]"
     if [ "$("$root/.venv/bin/clang-format" --version 2>/dev/null | awk '{print $3}')" != 14.0.6 ]; then
         step "installing clang-format 14.0.6 into $root/.venv"
         "$python" -m pip install --quiet clang-format==14.0.6
@@ -273,6 +274,7 @@ test_job() {
     suite "ABI (abidiff)" abi_check
     suite "C/C++ tests (meson test)" meson_tests
     suite "Python tests against the wheel" wheel_tests
+    suite "JAX under jit (libsdmp1_jax, CPU)" jax_tests
     suite "Rust (tests, clippy, rustfmt, static link)" rust_tests
     suite "examples (CPU)" run_examples
     if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
@@ -358,6 +360,17 @@ wheel_tests() {
         "$wheel/venv/bin/python" -m pytest -q -p no:cacheprovider "$root/bindings/python/tests") |
         tee -a "$suite_log"
     echo "wheel: built, installed and tested in $((SECONDS - t0)) s"
+}
+
+# libsdmp1_jax, the XLA FFI handlers (built only where the build's Python imports jax: now
+# required), and the JAX tests under jit against the build folder. The wheel's tests leave
+# them out: pip's isolated build has no jax, so the wheel has no handlers.
+jax_tests() {
+    step "JAX under jit: libsdmp1_jax (-Djax_ffi=enabled), tests/test_jax_ffi.py against $build"
+    meson_cmd configure "$build" -Djax_ffi=enabled
+    meson_cmd compile -C "$build" >/dev/null
+    SDMP1_LIBRARY="$build/libsdmp1.so" "$python" -m pytest -q -p no:cacheprovider \
+        "$root/bindings/python/tests/test_jax_ffi.py" | tee -a "$suite_log"
 }
 
 # The ABI of the public header's types and symbols as abidw sees them in the library's debug
