@@ -42,8 +42,8 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import numpy as np  # noqa: E402
 import sdm_phase1 as p1  # noqa: E402
-from sdm_phase1 import _gpu  # noqa: E402
-from sdm_phase1._options import key_options  # noqa: E402
+from sdm_phase1._core import plan_cache  # noqa: E402
+from sdm_phase1._core.options import key_options  # noqa: E402
 
 S6 = dict(N=128, C=128, W=64, R=64, num_keys=262144, num_parallel=2)
 TINY = dict(N=2, C=16, W=4, R=4, num_keys=1024, num_parallel=1)
@@ -100,7 +100,7 @@ def has(module):
 
 def cached_plan(framework):
     """The most recently used cached plan of a framework (the one the warm-up call made)."""
-    plans = [p for k, p in _gpu._cache.plans.items() if k[0] == framework]
+    plans = [p for k, p in plan_cache._cache.plans.items() if k[0] == framework]
     return plans[-1]
 
 
@@ -115,14 +115,14 @@ def torch_parts(tensors, opts, sync, args):
     """Rows timing the steps of a cached PyTorch call alone: the plan key and cache lookup,
     the output block, carving the outputs from it, and the operator's torch.empty per output."""
     import torch
-    from sdm_phase1 import _torch_impl
+    from sdm_phase1._frameworks import torch_impl
 
     k_idx, q_idx, k_val, q_val, g = tensors
     device = k_idx.get_device()
-    stream = _torch_impl._current_stream(device) if device >= 0 else 0
+    stream = torch_impl._current_stream(device) if device >= 0 else 0
     o = key_options(opts["num_parallel"], opts["stream_offset"], opts["num_keys"],
                     opts["valid_last"], True, 0, None, False, False)[:7]
-    plan = _gpu.cached_plan(_torch_impl.call_key(k_idx, q_idx, k_val, q_val, g, None, None, device,
+    plan = plan_cache.cached_plan(torch_impl.call_key(k_idx, q_idx, k_val, q_val, g, None, None, device,
                                                  stream, *o))
     assert plan is not None, "the torch call's plan is not cached under the key rebuilt here"
     data = plan.extra
@@ -130,7 +130,7 @@ def torch_parts(tensors, opts, sync, args):
     n = len(data.specs)
 
     def lookup():
-        _gpu.cached_plan(_torch_impl.call_key(k_idx, q_idx, k_val, q_val, g, None, None, device,
+        plan_cache.cached_plan(torch_impl.call_key(k_idx, q_idx, k_val, q_val, g, None, None, device,
                                               stream, *o))
 
     def empty():

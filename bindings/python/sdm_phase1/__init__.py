@@ -36,11 +36,11 @@ backends, the CUDA architectures it was built for and the GPUs it sees.
 """
 
 from . import layout, recurrence
-from ._bf16 import bf16_from_float32, bf16_to_float32
 from ._c import ffi as _ffi
 from ._c import lib as _lib
 from ._c import library_path
-from ._constants import (
+from ._core.bf16 import bf16_from_float32, bf16_to_float32
+from ._core.constants import (
     DET_DC_GIDX,
     DET_FLAGS,
     DET_KREC,
@@ -64,7 +64,7 @@ from ._constants import (
     SPAY_ENTRY_MASK,
     pos_pack,
 )
-from ._errors import (
+from ._core.errors import (
     BackendUnavailableError,
     CudaError,
     InternalError,
@@ -74,17 +74,17 @@ from ._errors import (
     Phase1Error,
     UnsupportedError,
 )
-from ._forward import phase1_forward
-from ._gpu import (
+from ._core.forward import phase1_forward
+from ._core.phase1_backward import phase1_backward
+from ._core.plan import Plan
+from ._core.plan_cache import (
     clear_plan_cache,
     cuda_architectures,
     cuda_device_count,
     plan_cache_info,
     synchronize,
 )
-from ._phase1_backward import phase1_backward
-from ._plan import Plan
-from ._types import Phase1
+from ._core.types import Phase1
 from .layout import chunk_tokens, from_chunks, to_chunks
 from .recurrence import sdm_layer
 

@@ -30,11 +30,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._c import library_path
-from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
-from ._dtypes import framework_dtypes
-from ._fields import EMPTY_DTYPES, REPEATS, VALUE, output_layout
-from ._options import call_options, optional_int, require_bool
-from ._types import FIELDS, Phase1
+from ._core.checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
+from ._core.dtypes import framework_dtypes
+from ._core.fields import EMPTY_DTYPES, REPEATS, VALUE, output_layout
+from ._core.options import call_options, optional_int, require_bool
+from ._core.types import FIELDS, Phase1
 
 __all__ = ["phase1_forward", "plans_created", "has_cuda", "HANDLER_LIBRARY", "FORWARD_TARGET",
            "BACKWARD_TARGET"]

@@ -218,7 +218,7 @@ def sdm_layer(k_idx, q_idx, k_val, q_val, g, beta, v, memory, *, num_parallel: i
         valid_last: valid tokens of each stream's last chunk; None: C (or ignored with
             stream_lengths, as in phase1_forward).
     """
-    from ._forward import framework_of, phase1_forward
+    from ._core.forward import framework_of, phase1_forward
 
     if framework_of(k_idx) == "torch":
         from .torch_recurrence import sdm_layer as torch_layer

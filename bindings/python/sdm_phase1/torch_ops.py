@@ -41,14 +41,14 @@ from typing import List, Optional
 
 import torch
 
-from . import _torch_impl
-from ._backward import DIFFERENTIABLE
 from ._c import lib
-from ._constants import DET_RECORDS, DET_SHIPPED
-from ._fields import REPEATS, VALUE, output_layout
-from ._options import call_options, plain_call_options, require_bool
-from ._torch_impl import TORCH_DTYPES
-from ._types import Phase1
+from ._core.backward import DIFFERENTIABLE
+from ._core.constants import DET_RECORDS, DET_SHIPPED
+from ._core.fields import REPEATS, VALUE, output_layout
+from ._core.options import call_options, plain_call_options, require_bool
+from ._core.types import Phase1
+from ._frameworks import torch_impl
+from ._frameworks.torch_impl import TORCH_DTYPES
 
 __all__ = ["phase1_forward", "phase1_op", "phase1_backward_op", "SCHEMA", "BACKWARD_SCHEMA",
            "GRAD_NAMES", "NOT_TWICE_DIFFERENTIABLE"]
@@ -67,9 +67,9 @@ def _implementation(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_of
                     valid_last, need_read_groups, rec_tile, det_fields, check,
                     stream_lengths=None) -> List[torch.Tensor]:
     """The computed outputs in field order (those ``det_fields`` and ``need_read_groups``
-    select, see ``sdm_phase1._fields.output_layout``), then a one-element int64 tensor with
+    select, see ``sdm_phase1._core.fields.output_layout``), then a one-element int64 tensor with
     the repeats count. ``det_fields`` must be resolved (the wrapper applies the default)."""
-    return _torch_impl.run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset,
+    return torch_impl.run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset,
                            num_keys, valid_last, need_read_groups, rec_tile, det_fields, check,
                            stream_lengths)
 
@@ -113,7 +113,7 @@ _LIBRARY.define(BACKWARD_SCHEMA)
 def _backward_implementation(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, grads,
                              num_parallel, stream_offset, num_keys, valid_last,
                              check=False) -> List[torch.Tensor]:
-    return _torch_impl.run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
+    return torch_impl.run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
                                     grads, num_parallel, stream_offset, num_keys, valid_last, check)
 
 
@@ -234,10 +234,10 @@ def phase1_forward(
         num_parallel, stream_offset, num_keys, valid_last, need_read_groups, tile, det = o
         check = require_bool("check", check)
     if repeats is not None:
-        _torch_impl.check_repeats(repeats, k_idx.device)
+        torch_impl.check_repeats(repeats, k_idx.device)
     args = (k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys, valid_last,
             need_read_groups, tile, det, check, stream_lengths)
-    if torch.compiler.is_compiling() or _torch_impl.needs_grad(k_val, q_val, g, beta):
+    if torch.compiler.is_compiling() or torch_impl.needs_grad(k_val, q_val, g, beta):
         got = phase1_op(*args)
     else:
         # Eager without grad: straight to the implementation's dispatch key, as the autograd
@@ -248,5 +248,5 @@ def phase1_forward(
     fields = _fields_of(det, need_read_groups)
     if repeats is not None:
         repeats.add_(got[fields.index(REPEATS)])
-    return _torch_impl.phase1_from_outputs(got, fields, C, W, k_idx.device,
+    return torch_impl.phase1_from_outputs(got, fields, C, W, k_idx.device,
                                            reuse=not torch.compiler.is_compiling())

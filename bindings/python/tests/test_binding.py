@@ -458,7 +458,7 @@ def test_every_status_of_the_header_has_a_class():
 
 @pytest.mark.parametrize("status", list(ERROR_KINDS))
 def test_check_raises_the_class_of_each_status(status):
-    from sdm_phase1._errors import check
+    from sdm_phase1._core.errors import check
 
     code = getattr(_c.lib, status)
     with pytest.raises(p1.Phase1Error) as info:
@@ -474,7 +474,7 @@ def test_check_raises_the_class_of_each_status(status):
 
 
 def test_check_of_success_and_of_an_unknown_code():
-    from sdm_phase1._errors import check
+    from sdm_phase1._core.errors import check
 
     assert check("sdm_p1_example", _c.lib.SDM_P1_SUCCESS) is None
     with pytest.raises(p1.Phase1Error) as info:

@@ -1,9 +1,8 @@
-"""The device path's framework-independent machinery (sdm_phase1._gpu), driven with the CPU
-backend on host memory so that it runs in CI without a GPU: plans created through the allocator
-hook (cffi callbacks), executes with raw pointers into caller buffers and into one carved
-block, the plan cache (hits,
-per-stream plans, eviction, pinning, moving a plan to a capturing stream), the data check and
-synchronize()."""
+"""The device path's framework-independent machinery (sdm_phase1._core.plan_cache), driven
+with the CPU backend on host memory so that it runs in CI without a GPU: plans created through
+the allocator hook (cffi callbacks), executes with raw pointers into caller buffers and into one
+carved block, the plan cache (hits, per-stream plans, eviction, pinning, moving a plan to a
+capturing stream), the data check and synchronize()."""
 
 from __future__ import annotations
 
@@ -13,16 +12,16 @@ import numpy as np
 import pytest
 import sdm_phase1 as p1
 from gpu_support import cpu_result, split
-from sdm_phase1 import _gpu
 from sdm_phase1._c import lib
-from sdm_phase1._dtypes import NUMPY as DTYPES
-from sdm_phase1._types import Phase1
+from sdm_phase1._core import plan_cache
+from sdm_phase1._core.dtypes import NUMPY as DTYPES
+from sdm_phase1._core.types import Phase1
 from test_reference import make_case
 
 CPU = lib.SDM_P1_BACKEND_CPU
 
 
-class HostWorkspace(_gpu.Workspace):
+class HostWorkspace(plan_cache.Workspace):
     """Host memory standing in for a framework's allocator."""
 
     def __init__(self, log):
@@ -73,7 +72,7 @@ def run(plan, inputs):
 def fresh_cache(monkeypatch):
     # An empty cache of the test's own: plans pinned by other tests' CUDA graphs (never
     # destroyed) stay in theirs.
-    monkeypatch.setattr(_gpu._cache, "plans", OrderedDict())
+    monkeypatch.setattr(plan_cache._cache, "plans", OrderedDict())
     yield
     p1.clear_plan_cache()
 
@@ -83,7 +82,7 @@ def test_execute_through_the_allocator_hook(fresh_cache):
     inputs, opts = split(case)
     log = []
     key = options_of(inputs, opts)
-    plan = _gpu.get_plan("host", 0, 0, key, lambda: HostWorkspace(log), backend=CPU)
+    plan = plan_cache.get_plan("host", 0, 0, key, lambda: HostWorkspace(log), backend=CPU)
     assert [e[0] for e in log] == ["alloc"] and log[0][2] == 0  # the library's stream: NULL
     assert [f for f, _, _ in plan.fields][-1] == 28  # repeats last
     got = run(plan, inputs)
@@ -96,7 +95,7 @@ def test_execute_through_the_allocator_hook(fresh_cache):
     assert not plan.pending and log[-1] == ("sync",)
     info = p1.plan_cache_info()
     assert info["created"] >= 1
-    assert [k[0] for k in _gpu._cache.plans].count("host") == 1  # and cpu_result's NumPy plan
+    assert [k[0] for k in plan_cache._cache.plans].count("host") == 1  # and cpu_result's NumPy plan
     p1.clear_plan_cache()
     assert log[-1][0] == "free" and p1.plan_cache_info()["plans"] == 0
 
@@ -107,20 +106,20 @@ def test_cache_per_stream_hits_and_eviction(fresh_cache, monkeypatch):
     key = options_of(inputs, opts)
     log = []
     make = lambda: HostWorkspace(log)  # noqa: E731
-    a = _gpu.get_plan("host", 0, 0, key, make, backend=CPU)
+    a = plan_cache.get_plan("host", 0, 0, key, make, backend=CPU)
     before = p1.plan_cache_info()
-    assert _gpu.get_plan("host", 0, 0, key, make, backend=CPU) is a
+    assert plan_cache.get_plan("host", 0, 0, key, make, backend=CPU) is a
     assert p1.plan_cache_info()["hits"] == before["hits"] + 1
-    b = _gpu.get_plan("host", 0, 7, key, make, backend=CPU)  # another stream: another plan
+    b = plan_cache.get_plan("host", 0, 7, key, make, backend=CPU)  # another stream: another plan
     assert b is not a and b.stream == 7
-    monkeypatch.setattr(_gpu, "CACHE_LIMIT", 2)
+    monkeypatch.setattr(plan_cache, "CACHE_LIMIT", 2)
     a.pinned = True
     other = key[:12] + (p1.DET_SHIPPED, 0)
-    c = _gpu.get_plan("host", 0, 0, other, make, backend=CPU)  # evicts b, the oldest unpinned
-    plans = list(_gpu._cache.plans.values())
+    c = plan_cache.get_plan("host", 0, 0, other, make, backend=CPU)  # evicts b, the oldest unpinned
+    plans = list(plan_cache._cache.plans.values())
     assert a in plans and c in plans and b not in plans and b.handle is None
     p1.clear_plan_cache()
-    assert list(_gpu._cache.plans.values()) == [a]  # pinned plans stay
+    assert list(plan_cache._cache.plans.values()) == [a]  # pinned plans stay
     a.pinned = False
 
 
@@ -129,12 +128,12 @@ def test_capture_moves_a_plan_of_another_stream(fresh_cache):
     inputs, opts = split(case)
     key = options_of(inputs, opts)
     log = []
-    a = _gpu.get_plan("host", 0, 5, key, lambda: HostWorkspace(log), backend=CPU)
+    a = plan_cache.get_plan("host", 0, 5, key, lambda: HostWorkspace(log), backend=CPU)
     created = p1.plan_cache_info()["created"]
-    b = _gpu.get_plan("host", 0, 9, key, lambda: HostWorkspace(log), capturing=True, backend=CPU)
+    b = plan_cache.get_plan("host", 0, 9, key, lambda: HostWorkspace(log), capturing=True, backend=CPU)
     assert b is a and a.stream == 9 and a.pinned  # moved, not created
     assert p1.plan_cache_info()["created"] == created
-    assert _gpu.get_plan("host", 0, 9, key, None, backend=CPU) is a
+    assert plan_cache.get_plan("host", 0, 9, key, None, backend=CPU) is a
     a.pinned = False
 
 
@@ -142,7 +141,7 @@ def test_allocator_failure_is_reported(fresh_cache):
     case = make_case(4, N=2, C=8, W=3, R=2, P=1, num_keys=16)
     inputs, opts = split(case)
     with pytest.raises(p1.Phase1Error) as info:
-        _gpu.get_plan("host", 0, 0, options_of(inputs, opts), lambda: FailingWorkspace([]),
+        plan_cache.get_plan("host", 0, 0, options_of(inputs, opts), lambda: FailingWorkspace([]),
                       backend=CPU)
     assert info.value.status == "SDM_P1_ERROR_OUT_OF_MEMORY"
     assert "no memory for the test" in str(info.value)
@@ -154,7 +153,7 @@ def test_refused_options_raise(fresh_cache):
     inputs, opts = split(case)
     key = options_of(inputs, dict(opts, valid_last=0))
     with pytest.raises(ValueError, match="valid_last"):
-        _gpu.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
+        plan_cache.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
     assert p1.plan_cache_info()["plans"] == 0
 
 
@@ -165,7 +164,7 @@ def test_execute_into_one_carved_block(fresh_cache):
     case = make_case(6, N=3, C=16, W=5, R=3, P=3, num_keys=32, valid_last=7, vals="bf16")
     inputs, opts = split(case)
     key = options_of(inputs, opts, det_fields=3071)
-    plan = _gpu.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
+    plan = plan_cache.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
     end = 0
     for (f, shape, dt, offset), (f2, shape2, dt2) in zip(plan.layout, plan.fields):
         assert (f, shape, dt) == (f2, shape2, dt2)
@@ -192,7 +191,7 @@ def test_reused_structs_keep_no_pointer_of_an_earlier_call(fresh_cache):
     case = make_case(8, N=2, C=16, W=4, R=3, P=1, num_keys=32, valid_last=16)
     inputs, opts = split(case)
     key = options_of(inputs, opts, det_fields=p1.DET_SHIPPED | p1.DET_KSPA)
-    plan = _gpu.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
+    plan = plan_cache.get_plan("host", 0, 0, key, lambda: HostWorkspace([]), backend=CPU)
     ptrs = [inputs[n].ctypes.data for n in ("k_idx", "q_idx", "k_val", "q_val", "g")]
     first = np.zeros(plan.block_bytes + 256, np.uint8)
     base = (first.ctypes.data + 255) // 256 * 256

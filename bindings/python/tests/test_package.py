@@ -16,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sdm_phase1 as p1
-from sdm_phase1 import _c, _dtypes, _fields
+from sdm_phase1 import _c
 from sdm_phase1._c import lib
-from sdm_phase1._dlpack import capsule_pointer, read_capsule
-from sdm_phase1._forward import framework_of
+from sdm_phase1._core import dtypes as _dtypes
+from sdm_phase1._core import fields as _fields
+from sdm_phase1._core.forward import framework_of
+from sdm_phase1._frameworks.dlpack import capsule_pointer, read_capsule
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 REPO = PYTHON_DIR.parents[1]
@@ -68,7 +70,7 @@ def test_empty_field_dtypes_match_cpu_results():
 
 
 def test_dtype_table_follows_the_header():
-    """_dtypes, the one table of element types: every sdm_p1_dtype of the header, named as the
+    """_core.dtypes, the one table of element types: every sdm_p1_dtype of the header, named as the
     frameworks name them, with its NumPy dtype and size."""
     assert _dtypes.NAMES == {lib.SDM_P1_DTYPE_INT8: "int8", lib.SDM_P1_DTYPE_INT32: "int32",
                              lib.SDM_P1_DTYPE_INT64: "int64", lib.SDM_P1_DTYPE_FLOAT32: "float32",

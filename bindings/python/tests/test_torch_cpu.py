@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import sdm_phase1 as p1
 from gpu_support import assert_same, cpu_result, split, torch_inputs
+from sdm_phase1._core import plan_cache
 from test_reference import make_case
 
 torch = pytest.importorskip("torch")
@@ -140,8 +141,8 @@ def test_a_changed_key_makes_a_new_plan():
     """The plan key is one tuple of everything a plan and its checks depend on: the same call
     again creates nothing, and a call that differs in any one of them gets a plan of its own
     (and the NumPy path's bits)."""
-    from sdm_phase1._options import key_options
-    from sdm_phase1._torch_impl import call_key
+    from sdm_phase1._core.options import key_options
+    from sdm_phase1._frameworks.torch_impl import call_key
 
     inputs, opts = _case(9)
     t = torch_inputs(inputs, "cpu")
@@ -157,7 +158,7 @@ def test_a_changed_key_makes_a_new_plan():
     before = p1.plan_cache_info()
     _call(t, opts)
     assert p1.plan_cache_info()["created"] == before["created"]
-    assert key_of(t) in p1._gpu._cache.plans
+    assert key_of(t) in plan_cache._cache.plans
     for change in (dict(valid_last=7), dict(need_read_groups=False), dict(det_fields=3071),
                    dict(rec_tile=4)):
         given = {k: v for k, v in change.items() if k in opts}
@@ -174,7 +175,7 @@ def test_a_changed_key_makes_a_new_plan():
         created = p1.plan_cache_info()["created"]
         _call(other, opts)
         assert p1.plan_cache_info()["created"] == created + 1
-        assert key_of(other) in p1._gpu._cache.plans
+        assert key_of(other) in plan_cache._cache.plans
 
 
 @pytest.mark.parametrize("op", [False, True])

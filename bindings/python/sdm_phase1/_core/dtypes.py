@@ -12,7 +12,7 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from ._c import ffi
+from .._c import ffi
 
 __all__ = ["INT8", "INT32", "INT64", "FLOAT32", "BFLOAT16", "NAMES", "CODES", "NUMPY", "ITEMSIZE",
            "INDEX_CODES", "VALUE_NAMES", "framework_dtypes", "DLPACK_NAMES"]

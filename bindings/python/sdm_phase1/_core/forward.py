@@ -9,14 +9,14 @@ from typing import Optional
 
 import numpy as np
 
-from ._arrays import prepare_inputs, prepare_lengths
-from ._c import lib
-from ._checks import check_agreement
-from ._dtypes import INDEX_CODES, NUMPY
-from ._gpu import get_plan_for
-from ._options import call_options, optional_int, require_bool
-from ._plan import Plan, backend_code, check_host_repeats, host_result
-from ._types import Phase1
+from .._c import lib
+from .arrays import prepare_inputs, prepare_lengths
+from .checks import check_agreement
+from .dtypes import INDEX_CODES, NUMPY
+from .options import call_options, optional_int, require_bool
+from .plan import Plan, backend_code, check_host_repeats, host_result
+from .plan_cache import get_plan_for
+from .types import Phase1
 
 __all__ = ["phase1_forward", "framework_of"]
 
@@ -157,7 +157,7 @@ def phase1_forward(
             InternalError RuntimeErrors.
     """
     if _traced_by_jax(k_idx, q_idx, k_val, q_val, g, beta, stream_lengths):
-        from .jax_ffi import phase1_forward as traced_forward
+        from ..jax_ffi import phase1_forward as traced_forward
 
         return traced_forward(
             k_idx, q_idx, k_val, q_val, g, repeats, num_parallel=num_parallel,
@@ -226,11 +226,11 @@ def _framework_forward(framework: str, k_idx):
     forward = _FORWARDS.get(framework)
     if forward is None:
         if framework == "torch":
-            from ._torch_impl import forward
+            from .._frameworks.torch_impl import forward
         elif framework == "cupy":
-            from ._cupy_impl import forward
+            from .._frameworks.cupy_impl import forward
         elif framework == "jax":
-            from ._jax_impl import forward
+            from .._frameworks.jax_impl import forward
         else:
             raise TypeError(
                 f"k_idx is a GPU array of type {type(k_idx).__module__}.{type(k_idx).__name__}; "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from ._dtypes import CODES, VALUE_NAMES
+from .dtypes import CODES, VALUE_NAMES
 
 __all__ = ["LAYOUTS", "check_rank", "check_dtypes", "check_agreement", "lengths_dtype_code",
            "not_contiguous"]

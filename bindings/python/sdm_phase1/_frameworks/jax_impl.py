@@ -23,13 +23,13 @@ import jax
 import jax.dlpack
 import jax.numpy as jnp
 
-from . import _gpu
-from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
-from ._dlpack import KDL_CUDA, capsule_pointer, read_capsule
-from ._dtypes import framework_dtypes
-from ._fields import EMPTY_DTYPES, REPEATS
-from ._options import call_options, require_bool
-from ._types import FIELDS, Phase1
+from .._core import plan_cache
+from .._core.checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
+from .._core.dtypes import framework_dtypes
+from .._core.fields import EMPTY_DTYPES, REPEATS
+from .._core.options import call_options, require_bool
+from .._core.types import FIELDS, Phase1
+from .dlpack import KDL_CUDA, capsule_pointer, read_capsule
 
 __all__ = ["forward"]
 
@@ -101,7 +101,7 @@ def _order_after(consumer: int, producer: int) -> None:
         _driver.cuEventDestroy_v2(event)
 
 
-class _JaxWorkspace(_gpu.Workspace):
+class _JaxWorkspace(plan_cache.Workspace):
     """A plan's workspace: a JAX byte array held until the plan is destroyed."""
 
     def __init__(self, device, stream: int):
@@ -181,7 +181,7 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         lengths = (li.ptr, lengths_dtype_code(li.shape, li.dtype, o.num_parallel))
     options = (N, C, W, R, o.num_parallel, o.stream_offset, o.num_keys, o.valid_last, index, value,
                gate_width, o.need_read_groups, o.det_fields, o.rec_tile)
-    plan = _gpu.get_plan("jax", device_id, stream, options, lambda: _JaxWorkspace(device, stream))
+    plan = plan_cache.get_plan("jax", device_id, stream, options, lambda: _JaxWorkspace(device, stream))
 
     if plan.extra is None:
         plan.extra = _PlanData(plan, device)

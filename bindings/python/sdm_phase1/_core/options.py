@@ -11,7 +11,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from ._constants import DET_RECORDS, DET_SHIPPED
+from .constants import DET_RECORDS, DET_SHIPPED
 
 __all__ = ["require_int", "require_bool", "optional_int", "CallOptions", "call_options",
            "plain_call_options", "key_options"]

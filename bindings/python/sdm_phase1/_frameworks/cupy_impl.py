@@ -17,9 +17,10 @@ from typing import Any, Dict, List, Optional
 import cupy
 import numpy as np
 
-from . import _gpu
-from ._arrays import value_dtype_code
-from ._backward import (
+from .._c import lib
+from .._core import plan_cache
+from .._core.arrays import value_dtype_code
+from .._core.backward import (
     DIFFERENTIABLE,
     VALUE_TYPED,
     check_payload,
@@ -27,17 +28,16 @@ from ._backward import (
     not_differentiable,
     upstream_shapes,
 )
-from ._c import lib
-from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
-from ._dtypes import NUMPY
-from ._fields import EMPTY_DTYPES, REPEATS
-from ._options import call_options, key_options
-from ._types import FIELDS, Phase1
+from .._core.checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
+from .._core.dtypes import NUMPY
+from .._core.fields import EMPTY_DTYPES, REPEATS
+from .._core.options import call_options, key_options
+from .._core.types import FIELDS, Phase1
 
 __all__ = ["forward", "backward"]
 
 
-class _CupyWorkspace(_gpu.Workspace):
+class _CupyWorkspace(plan_cache.Workspace):
     """A plan's workspace from CuPy's memory pool, on the plan's device."""
 
     def __init__(self, device: int):
@@ -89,7 +89,7 @@ def _make_plan(key, device, arrays, repeats, num_parallel, stream_offset, num_ke
                      rec_tile, det_fields, "beta" in arrays)
     options = (N, C, W, R, o.num_parallel, o.stream_offset, o.num_keys, o.valid_last, index, value,
                gate_width, o.need_read_groups, o.det_fields, o.rec_tile)
-    plan = _gpu.get_plan_for(key, options, lambda: _CupyWorkspace(device), backward=backward,
+    plan = plan_cache.get_plan_for(key, options, lambda: _CupyWorkspace(device), backward=backward,
                              grad_dtype=grad_dtype)
     if plan.extra is None and not backward:
         # dtype objects made once: cupy.ndarray would parse a dtype name at every call.
@@ -139,7 +139,7 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         key = _key(device, stream.ptr, arrays, rep, (num_parallel, stream_offset, num_keys,
                                                      valid_last, need_read_groups, rec_tile,
                                                      det_fields))
-        plan = _gpu.cached_plan(key)
+        plan = plan_cache.cached_plan(key)
         if plan is None:
             plan = _make_plan(key, device, arrays, repeats, num_parallel, stream_offset, num_keys,
                               valid_last, need_read_groups, rec_tile, det_fields)
@@ -202,7 +202,7 @@ def backward(k_idx, q_idx, k_val, q_val, g, grads: dict, *, num_parallel, stream
         stream = cupy.cuda.get_current_stream()
         key = _key(device, stream.ptr, arrays, None, (num_parallel, stream_offset, num_keys,
                                                       valid_last, True, 0, 0, "backward", grad_code))
-        plan = _gpu.cached_plan(key)
+        plan = plan_cache.cached_plan(key)
         if plan is None:
             plan = _make_plan(key, device, arrays, None, num_parallel, stream_offset, num_keys,
                               valid_last, True, 0, 0, backward=True, grad_dtype=grad_dtype)

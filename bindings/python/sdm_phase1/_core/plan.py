@@ -8,14 +8,14 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ._arrays import HostInputs, index_dtype_code, prepare_inputs, prepare_lengths, value_dtype_code
-from ._backward import run_backward
-from ._c import ffi, lib
-from ._constants import DET_SHIPPED
-from ._dtypes import NUMPY
-from ._errors import check
-from ._options import optional_int, require_bool, require_int
-from ._types import FIELDS, Phase1, not_requested
+from .._c import ffi, lib
+from .arrays import HostInputs, index_dtype_code, prepare_inputs, prepare_lengths, value_dtype_code
+from .backward import run_backward
+from .constants import DET_SHIPPED
+from .dtypes import NUMPY
+from .errors import check
+from .options import optional_int, require_bool, require_int
+from .types import FIELDS, Phase1, not_requested
 
 __all__ = ["Plan", "backend_code", "desc_values", "create_plan", "check_host_repeats", "host_result"]
 

@@ -9,7 +9,7 @@ from typing import NamedTuple, Tuple
 
 import cffi
 
-from ._dtypes import DLPACK_NAMES
+from .._core.dtypes import DLPACK_NAMES
 
 __all__ = ["DLTensorInfo", "read_capsule", "capsule_pointer", "KDL_CPU", "KDL_CUDA"]
 

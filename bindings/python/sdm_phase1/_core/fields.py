@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 from typing import List, Tuple
 
-from ._c import ffi, lib
-from ._dtypes import BFLOAT16, FLOAT32, INT8, INT32
-from ._errors import check
+from .._c import ffi, lib
+from .dtypes import BFLOAT16, FLOAT32, INT8, INT32
+from .errors import check
 
 __all__ = ["VALUE", "REPEATS", "output_layout", "EMPTY_DTYPES"]
 

@@ -1,7 +1,7 @@
 """The backward of Phase 1 on NumPy arrays (the CPU backend): :func:`phase1_backward` and
 :meth:`Plan.execute_backward`, over ``sdm_p1_execute_backward`` (API 1.3, docs/backward.md);
 and the checks of upstream gradients and payloads that the framework paths (PyTorch, CuPy:
-the CUDA backend, through the cached plans of ``_gpu``) share with it.
+the CUDA backend, through the cached plans of ``plan_cache``) share with it.
 
 Given the forward's inputs and upstream gradients dL/dX for some differentiable outputs X, it
 returns dL/d``k_val``, dL/d``q_val``, dL/d``g`` and (with a ``kspa`` gradient) dL/d``beta``,
@@ -15,10 +15,10 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from ._arrays import HostInputs
-from ._c import ffi, lib
-from ._dtypes import NUMPY
-from ._errors import check
+from .._c import ffi, lib
+from .arrays import HostInputs
+from .dtypes import NUMPY
+from .errors import check
 
 __all__ = ["DIFFERENTIABLE", "VALUE_TYPED", "upstream_shapes", "check_upstream", "payload_row",
            "check_payload", "not_differentiable", "run_backward"]

@@ -2,8 +2,9 @@
 host (NumPy) arrays as aligned buffers with their sdm_p1_dtype codes. A non-contiguous array
 is refused, as on every framework (inputs are read in place, never copied unseen).
 
-Host memory only (the CPU backend); GPU tensors take the device path (_gpu.py and the
-framework modules) before reaching here, so a GPU array met here is mixed with host arrays.
+Host memory only (the CPU backend); GPU tensors take the device path (plan_cache.py and the
+framework modules of _frameworks/) before reaching here, so a GPU array met here is mixed
+with host arrays.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Optional
 
 import numpy as np
 
-from ._c import ffi
-from ._checks import lengths_dtype_code, not_contiguous
-from ._dtypes import BFLOAT16, FLOAT32, INDEX_CODES
+from .._c import ffi
+from .checks import lengths_dtype_code, not_contiguous
+from .dtypes import BFLOAT16, FLOAT32, INDEX_CODES
 
 __all__ = ["HostInputs", "prepare_inputs", "prepare_lengths", "index_dtype_code",
            "value_dtype_code"]

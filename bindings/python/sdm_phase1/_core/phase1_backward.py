@@ -8,9 +8,9 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from ._forward import framework_of
-from ._options import require_bool
-from ._plan import Plan
+from .forward import framework_of
+from .options import require_bool
+from .plan import Plan
 
 __all__ = ["phase1_backward"]
 
@@ -53,7 +53,7 @@ def phase1_backward(
     PyTorch tensors take autograd (or the operator ``torch.ops.sdm_phase1.phase1_backward``).
     """
     if framework_of(k_idx) == "cupy":
-        from ._cupy_impl import backward
+        from .._frameworks.cupy_impl import backward
 
         return backward(k_idx, q_idx, k_val, q_val, g, grads, num_parallel=num_parallel,
                         stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,

@@ -17,9 +17,9 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from ._c import ffi, lib
-from ._errors import Phase1Error, check
-from ._plan import create_plan, desc_values
+from .._c import ffi, lib
+from .errors import Phase1Error, check
+from .plan import create_plan, desc_values
 
 __all__ = [
     "Workspace", "CachedPlan", "get_plan", "get_plan_for", "synchronize", "plan_cache_info",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._c import lib
+from .._c import lib
 
 __all__ = [
     "DET_POS", "DET_SPAY_RANK", "DET_FLAGS", "DET_SPAY_K", "DET_SPAY_Q", "DET_KREC",

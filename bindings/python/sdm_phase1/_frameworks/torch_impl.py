@@ -23,14 +23,14 @@ from typing import Any, List, Optional, Tuple
 
 import torch
 
-from . import _gpu
-from ._backward import DIFFERENTIABLE, VALUE_TYPED, check_payload, check_upstream, upstream_shapes
-from ._c import lib
-from ._checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
-from ._dtypes import NAMES, framework_dtypes
-from ._fields import EMPTY_DTYPES, REPEATS
-from ._options import call_options, key_options
-from ._types import FIELDS, Phase1
+from .._c import lib
+from .._core import plan_cache
+from .._core.backward import DIFFERENTIABLE, VALUE_TYPED, check_payload, check_upstream, upstream_shapes
+from .._core.checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code, not_contiguous
+from .._core.dtypes import NAMES, framework_dtypes
+from .._core.fields import EMPTY_DTYPES, REPEATS
+from .._core.options import call_options, key_options
+from .._core.types import FIELDS, Phase1
 
 __all__ = ["run", "forward", "needs_grad", "run_backward", "check_repeats", "TORCH_DTYPES",
            "phase1_from_outputs", "call_key"]
@@ -54,7 +54,7 @@ except AttributeError:  # pragma: no cover - a torch without CUDA
         return False
 
 
-class _TorchWorkspace(_gpu.Workspace):
+class _TorchWorkspace(plan_cache.Workspace):
     """A plan's workspace from PyTorch's caching allocator."""
 
     def __init__(self, device: int):
@@ -134,7 +134,7 @@ class _PlanData:
     """Per plan, built at its first use: how a call carves its outputs from one block and how
     it fills Phase1."""
 
-    def __init__(self, plan: _gpu.CachedPlan, device: torch.device):
+    def __init__(self, plan: plan_cache.CachedPlan, device: torch.device):
         self.device = device
         self.block_bytes = plan.block_bytes
         self.dtypes = sorted({TORCH_DTYPES[dt] for _, _, dt, _ in plan.layout}, key=str)
@@ -222,10 +222,10 @@ def _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, 
                gate_width, o.need_read_groups, o.det_fields, o.rec_tile)
     if device.type == "cuda":
         index_ = device.index
-        plan = _gpu.get_plan_for(key, options, lambda: _TorchWorkspace(index_), capturing,
+        plan = plan_cache.get_plan_for(key, options, lambda: _TorchWorkspace(index_), capturing,
                                  backward=backward)
     else:
-        plan = _gpu.get_plan_for(key, options, lambda: None, backend=_CPU, backward=backward)
+        plan = plan_cache.get_plan_for(key, options, lambda: None, backend=_CPU, backward=backward)
     if plan.extra is None:
         plan.extra = _BackwardData(plan, device, beta is not None) if backward else _PlanData(plan, device)
     return plan
@@ -280,7 +280,7 @@ def _call_plan(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, strea
                    stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
     if backward:
         key += (_BACKWARD,)
-    plan = _gpu.cached_plan(key, capturing)
+    plan = plan_cache.cached_plan(key, capturing)
     if plan is None:
         plan = _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel,
                           stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
@@ -292,7 +292,7 @@ def _call_plan(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, strea
     return plan, device, num_parallel, check
 
 
-def _check_status(plan: _gpu.CachedPlan, device: int) -> None:
+def _check_status(plan: plan_cache.CachedPlan, device: int) -> None:
     """check=True on a GPU: waits for the current stream, then raises the device-side data
     check's error (a CPU plan raised at its call)."""
     if device >= 0:
@@ -359,7 +359,7 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
             stream_lengths=None) -> Phase1:
     """phase1_forward on torch tensors (see sdm_phase1.phase1_forward)."""
     if needs_grad(k_val, q_val, g, beta):
-        from . import torch_ops  # the operator and its autograd formula
+        from .. import torch_ops  # the operator and its autograd formula
 
         return torch_ops.phase1_forward(
             k_idx, q_idx, k_val, q_val, g, repeats, num_parallel=num_parallel,
@@ -381,7 +381,7 @@ class _BackwardData:
     """Per backward plan, built at its first use: the gradients' shapes and dtypes, and the
     upstream gradients' and payload's that a call checks."""
 
-    def __init__(self, plan: _gpu.CachedPlan, device: torch.device, beta_given: bool):
+    def __init__(self, plan: plan_cache.CachedPlan, device: torch.device, beta_given: bool):
         o = plan.options
         N, C, W, R = o["N"], o["C"], o["W"], o["R"]
         value = TORCH_DTYPES[o["value_dtype"]]
@@ -445,7 +445,7 @@ def run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
     copy, no synchronization, capturable in a CUDA graph), CPU tensors on the CPU backend.
     Returns [dk_val, dq_val, dg] and dbeta where beta is given, each a tensor of its own,
     k_val's and q_val's in the value dtype. ``grads``: one upstream gradient or None per
-    name of ``_backward.DIFFERENTIABLE``, in that order; ``payload``: the forward's (None:
+    name of ``_core.backward.DIFFERENTIABLE``, in that order; ``payload``: the forward's (None:
     sorted again from the ids). ``check``: as the forward's (a GPU's data errors otherwise
     surface at the next :func:`sdm_phase1.synchronize`)."""
     plan, device, num_parallel, check = _call_plan(

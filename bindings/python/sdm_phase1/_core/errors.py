@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, Type
 
-from ._c import ffi, lib
+from .._c import ffi, lib
 
 __all__ = ["Phase1Error", "InvalidArgumentError", "UnsupportedError", "InvalidInputError",
            "OutOfMemoryError", "BackendUnavailableError", "CudaError", "InternalError",
