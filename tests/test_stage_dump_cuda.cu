@@ -20,6 +20,7 @@
 #include "../kernels/stage_records.cuh"
 #include "../kernels/stage_scans.cuh"
 #include "../kernels/stage_sort.cuh"
+#include "../src/cuda/cuda_backend.h"
 #include "stage_dump.h"
 
 namespace {
@@ -183,19 +184,7 @@ struct DeviceOutputs {
 
 // The kernel's shape for case c: every field, group counts, the slots kept.
 KernelShape shape_of(const Options& o) {
-    KernelShape s{};
-    s.N = o.N;
-    s.C = o.C;
-    s.W = o.W;
-    s.R = o.R;
-    s.P = o.P;
-    s.stream_offset = o.stream_offset;
-    s.num_keys = o.num_keys;
-    s.valid_last = o.valid_last;
-    s.gate_width = o.gate_width;
-    s.rec_tile = o.rec_tile;
-    s.idx64 = o.idx64;
-    s.bf16 = o.bf16;
+    KernelShape s = kernel_shape(o);
     s.group_counts = true;
     s.slots = true;
     s.sorted_rows = true;

@@ -96,6 +96,32 @@ bool driver_device_memory(uintptr_t address, int device, uintptr_t* begin, uintp
     return true;
 }
 
+// The device's payload problems are PayloadError's (kernels/backward/backward_launch.h).
+static_assert(kPayloadNoEntry == PayloadError::kNoEntry && kPayloadTwice == PayloadError::kTwice &&
+                  kPayloadPaddingBit == PayloadError::kPaddingBit &&
+                  kPayloadPaddingFirst == PayloadError::kPaddingFirst && kPayloadNoHead == PayloadError::kNoHead,
+              "the payload problems agree");
+
+// Backward plans: the backward's slices may take the plan's outputs' bytes, and at least this
+// many (the backward's gradients are small next to its slices, 130 bytes or so an entry).
+constexpr size_t kBackwardSliceFloor = size_t{64} << 20;
+
+// SDMP1_LOG's line (Backend::prepare).
+void log_plan(const Options& o, const LaunchConfig& c) {
+    const char* const env = std::getenv("SDMP1_LOG");
+    if (env == nullptr || std::strcmp(env, "0") == 0) return;
+    const LeanLayout& l = c.lean;
+    std::fprintf(stderr, "libsdmp1: plan N=%lld C=%d W=%d R=%d keys=%lld: kernel %s", static_cast<long long>(o.N), o.C,
+                 o.W, o.R, static_cast<long long>(o.num_keys), kernel_name(c));
+    if (l.threads != 0) {
+        std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)", l.grid,
+                     l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
+    }
+    std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)\n", c.grid, c.threads, c.smem_bytes);
+}
+
+}   // namespace
+
 KernelShape kernel_shape(const Options& o) {
     KernelShape s{};
     s.N = o.N;
@@ -122,32 +148,6 @@ KernelShape kernel_shape(const Options& o) {
     s.shipped_fields = !records && !o.has(SDM_P1_DET_KSPA) && !s.group_counts;
     return s;
 }
-
-// The device's payload problems are PayloadError's (kernels/backward/backward_launch.h).
-static_assert(kPayloadNoEntry == PayloadError::kNoEntry && kPayloadTwice == PayloadError::kTwice &&
-                  kPayloadPaddingBit == PayloadError::kPaddingBit &&
-                  kPayloadPaddingFirst == PayloadError::kPaddingFirst && kPayloadNoHead == PayloadError::kNoHead,
-              "the payload problems agree");
-
-// Backward plans: the backward's slices may take the plan's outputs' bytes, and at least this
-// many (the backward's gradients are small next to its slices, 130 bytes or so an entry).
-constexpr size_t kBackwardSliceFloor = size_t{64} << 20;
-
-// SDMP1_LOG's line (Backend::prepare).
-void log_plan(const Options& o, const LaunchConfig& c) {
-    const char* const env = std::getenv("SDMP1_LOG");
-    if (env == nullptr || std::strcmp(env, "0") == 0) return;
-    const LeanLayout& l = c.lean;
-    std::fprintf(stderr, "libsdmp1: plan N=%lld C=%d W=%d R=%d keys=%lld: kernel %s", static_cast<long long>(o.N), o.C,
-                 o.W, o.R, static_cast<long long>(o.num_keys), kernel_name(c));
-    if (l.threads != 0) {
-        std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)", l.grid,
-                     l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
-    }
-    std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)\n", c.grid, c.threads, c.smem_bytes);
-}
-
-}   // namespace
 
 int device_count(std::string* why) {
     int count = 0;
