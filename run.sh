@@ -108,7 +108,7 @@ install_torch() {
     "$1" -c 'import torch' 2>/dev/null && return 0
     step "installing PyTorch (the CPU wheel) for $1"
     local t0=$SECONDS
-    if ! "$1" -m pip install --quiet --disable-pip-version-check torch \
+    if ! "$1" -m pip install --quiet --disable-pip-version-check --retries 0 --timeout 15 torch \
         --index-url https://download.pytorch.org/whl/cpu; then
         echo "run.sh: download.pytorch.org/whl/cpu failed; installing torch from PyPI instead" >&2
         "$1" -m pip install --quiet --disable-pip-version-check torch
