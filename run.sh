@@ -368,7 +368,7 @@ wheel_tests() {
 jax_tests() {
     step "JAX under jit: libsdmp1_jax (-Djax_ffi=enabled), tests/test_jax_ffi.py against $build"
     meson_cmd configure "$build" -Djax_ffi=enabled
-    meson_cmd compile -C "$build" >/dev/null
+    meson_cmd compile -C "$build"
     SDMP1_LIBRARY="$build/libsdmp1.so" "$python" -m pytest -q -p no:cacheprovider \
         "$root/bindings/python/tests/test_jax_ffi.py" | tee -a "$suite_log"
 }
