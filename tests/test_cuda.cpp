@@ -906,12 +906,16 @@ CaseList backward_largest_cases(const Options& o) {
 void run_backward_families(Tally& t, const Options& o, cudaStream_t stream) {
     run_backward_cases(t, "bwd_cover", cover_cases(o), o, stream);
     run_backward_cases(t, "bwd_grid", grid_cases(o), o, stream);
+    run_backward_cases(t, "bwd_random", random_cases(o), o, stream);
+    run_backward_cases(t, "bwd_det_fields", det_field_cases(o), o, stream);
+    run_backward_cases(t, "bwd_rec_tile", rec_tile_cases(o), o, stream);
     run_backward_cases(t, "bwd_gates", gate_cases(o), o, stream);
     run_backward_cases(t, "bwd_values", value_cases(o), o, stream);
     run_backward_cases(t, "bwd_streams", stream_cases(o), o, stream);
     run_backward_cases(t, "bwd_skewed", skewed_cases(o), o, stream);
     run_backward_cases(t, "bwd_lengths", length_cases(o), o, stream);
     run_backward_cases(t, "bwd_two_blocks", two_block_cases(o), o, stream);
+    run_backward_cases(t, "bwd_bench_shapes", bench_shape_cases(o), o, stream);
     run_backward_cases(t, "bwd_lean", lean_cases(o), o, stream);
     run_backward_cases(t, "bwd_largest", backward_largest_cases(o), o, stream);
 }
