@@ -304,6 +304,10 @@ struct ChunkShared {
     uint32_t walkers;        // valid entries with an earlier entry in their group
     int gate_lowest_bit;     // least lowest set bit of the chunk's non-zero gates (128: none)
     int gate_bits;           // most magnitude bits of its gates (log_shift)
+    // The spread path's hand-over (kernels/spread/spread_export.cuh): the chunk's pair terms,
+    // and the slot it took.
+    unsigned long long pair_terms;
+    unsigned long long spread_slot;
 };
 
 }   // namespace cuda

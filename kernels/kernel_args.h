@@ -10,6 +10,7 @@
 
 #include "../src/phase1_shared.h"
 #include "lean/lean_layout.h"
+#include "spread/spread_layout.h"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -54,6 +55,9 @@ struct KernelShape {
 // smallest such chunk (that chunk's word and valid tokens in the backward's payload_value
 // array); `backward`, UINT64_MAX after a forward, 0 after a backward (its launch sets it), so
 // that sdm_p1_execute_status names the call that ran last.
+// The spread path (kernels/spread/): spread_left counts the chunks that asked the main kernel
+// for a slot (the first SpreadLayout::capacity of them got one), spread_claimed the units the
+// spread kernel's warps have taken, both down from UINT64_MAX.
 constexpr int kStatusCodeBits = 20;
 struct DeviceStatus {
     unsigned long long key;
@@ -62,6 +66,8 @@ struct DeviceStatus {
     unsigned long long general_left;
     unsigned long long payload_key;
     unsigned long long backward;
+    unsigned long long spread_left;
+    unsigned long long spread_claimed;
 };
 
 // Where one of the chunk's arrays lives: `bytes` at `offset` in the block's shared memory or
@@ -150,6 +156,10 @@ struct KernelArgs {
     LeanLayout lean;         // the lean kernel's layout (lean.threads == 0: none)
     bool lean_vec_ids;       // the ids allow the lean kernel's 16-byte loads
     bool lean_vec_entries;   // values, gates and entry fields allow its 4-lane accesses
+    // The spread path (kernels/spread/README.md): its layout (spread.capacity == 0: none) and
+    // its slots (spread.capacity * spread.slot_bytes bytes of the workspace).
+    SpreadLayout spread;
+    char* spread_slots;
 };
 
 }   // namespace cuda

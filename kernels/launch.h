@@ -28,6 +28,9 @@ struct LaunchConfig {
     LeanLayout lean;            // the lean kernel, launched first where lean.threads != 0
                                 // (kernels/lean/README.md); it leaves the chunks it cannot take
                                 // to the main kernel
+    SpreadLayout spread;        // the spread kernel, launched last where spread.capacity != 0
+                                // (kernels/spread/README.md); the main kernel hands it the pair
+                                // sums of chunks of many terms
 };
 
 // Chooses the launch configuration of `shape` for `device`, within `output_bytes` (the
@@ -38,11 +41,12 @@ struct LaunchConfig {
 int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchConfig* config, KernelArgs* args);
 
 // Enqueues one execute on `stream`: clears the status and repeats, then runs the lean kernel
-// (where the configuration has one), the main kernel and the wide-log kernel. `args` is
+// (where the configuration has one), the main kernel, the wide-log kernel and the spread
+// kernel (where it has one). `args` is
 // configure's with the execute's pointers set: the inputs (stream_lengths null: the
 // valid_last rule), the outputs, the global scratch (config.grid * config.scratch_per_block
-// bytes, or null), the status and the N words each of chunk_value, wide_chunks and
-// general_chunks. Returns a cudaError_t value (0: success).
+// bytes, or null), the status, the N words each of chunk_value, wide_chunks and
+// general_chunks, and the spread slots (config.spread.capacity * slot_bytes bytes). Returns a cudaError_t value (0: success).
 int launch(const LaunchConfig& config, const KernelArgs& args, void* stream);
 
 // The name of the kernel that computes a plan's chunks first ("lean" or "general"), for the

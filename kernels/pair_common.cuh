@@ -39,6 +39,21 @@ __device__ __forceinline__ int write_token(const Arrays& arr, uint32_t j) {
     return payload_token(arr.payload[arr.write_row[j]]);
 }
 
+// What a pair term needs of the write at write-row index j: its cell (token), value and log.
+struct WriteFacts {
+    int cell;
+    float value;
+    Fix log;   // its log's stored words (LogArray::raw)
+};
+
+// The facts of write-row index j, from the chunk's arrays (the spread kernel's slots keep
+// them by write-row index: kernels/spread/spread_kernel.cuh).
+template <class Arrays>
+__device__ __forceinline__ WriteFacts write_facts(const KernelArgs& a, const Arrays& arr, uint32_t j) {
+    const uint32_t p = arr.write_row[j], pq = arr.payload[p];
+    return WriteFacts{payload_token(pq), entry_value(a, arr, pq), arr.log.raw(p)};
+}
+
 // The runs of the chunk's write row: `value` and `id` by write-row index (the write's value
 // and its run), `start` by run (the first write-row index, and after the last run C * W); all
 // null where each run is one write.

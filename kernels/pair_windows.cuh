@@ -17,10 +17,9 @@
 namespace sdm_p1 {
 namespace cuda {
 
-// One run-term: its run's first write-row index, first sorted position and length, its
-// cell, the run's exp.
+// One run-term: its run's first write-row index and length, its cell, the run's exp.
 struct RunTerm {
-    uint32_t j0, p0, len;
+    uint32_t j0, len;
     int cell;
     double e;
 };
@@ -73,22 +72,21 @@ __device__ __forceinline__ void warp_unit_windows(const KernelArgs& a, const Arr
             const Walker o = shfl_walker(w, owner, wide);
             const uint32_t first = __shfl_sync(kFullWarp, incl - m, owner);
             const bool has = t < total;
-            RunTerm rt{0u, 0u, 0u, 0, 0.0};
-            uint32_t pq = 0;   // the run's first payload
+            RunTerm rt{0u, 0u, 0, 0.0};
+            WriteFacts f{0, 0.0f, Fix{0u, 0u}};   // of the run's first write
             if (has) {
                 const uint32_t run = o.hi - 1u - (t - first);   // nearest first
                 rt.j0 = Repeats ? runs.first(run) : run;
-                rt.p0 = arr.write_row[rt.j0];
                 rt.len = Repeats ? runs.first(run + 1u) - rt.j0 : 1u;
-                pq = arr.payload[rt.p0];
-                rt.cell = payload_token(pq);
-                rt.e = arr.log.exp_diff(o.lr, arr.log.raw(rt.p0));
+                f = write_facts(a, arr, rt.j0);
+                rt.cell = f.cell;
+                rt.e = arr.log.exp_diff(o.lr, f.log);
             }
             const uint32_t key = has ? static_cast<uint32_t>(rt.cell) : 256u + static_cast<uint32_t>(lane);
             const uint32_t rank = __popc(__match_any_sync(kFullWarp, key) & earlier);
             const uint32_t steps = __reduce_max_sync(kFullWarp, rank);
             // A single write's term is known: one fused multiply-add.
-            const PairTerm single = pair_term(o.v, entry_value(a, arr, pq), rt.e);
+            const PairTerm single = pair_term(o.v, f.value, rt.e);
             for (uint32_t s = 0; s <= steps; ++s) {
                 if (has && rank == s) {
                     if (Repeats) {

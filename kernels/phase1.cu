@@ -32,6 +32,7 @@ ArrayLayout chunk_layout(const KernelShape& s, int threads, size_t smem_limit) {
 
 // The main kernel of launch configuration c.
 KernelFn kernel_for(const LaunchConfig& c) {
+    if (c.spread.capacity != 0) return spread_main_kernel(c);
     if (c.sorted_rows) return sorted_rows_kernel(c);
     return c.shipped_fields ? kernel_of<false, false, true>(c) : kernel_of<false, false>(c);
 }
@@ -105,14 +106,16 @@ bool lean_entries_vectorized(const KernelShape& s, const void* k_val, const void
 // dependent launch where the device has them (sm_90 on), whose grid is launched while the
 // previous one runs and waits for it in griddepcontrol.wait (phase1_kernel), hiding the
 // launch's latency; elsewhere it follows the previous kernel as any launch does.
-cudaError_t launch_after_previous(KernelFn kernel, const LaunchConfig& c, const KernelArgs& a, cudaStream_t st) {
+// The grid, block and shared memory are c's unless given.
+cudaError_t launch_after_previous(KernelFn kernel, const LaunchConfig& c, const KernelArgs& a, cudaStream_t st,
+                                  int grid = 0, int threads = 0, size_t smem_bytes = 0) {
     cudaLaunchAttribute after_previous{};
     after_previous.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     after_previous.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t launch{};
-    launch.gridDim = dim3(static_cast<unsigned>(c.grid));
-    launch.blockDim = dim3(static_cast<unsigned>(c.threads));
-    launch.dynamicSmemBytes = c.smem_bytes;
+    launch.gridDim = dim3(static_cast<unsigned>(grid != 0 ? grid : c.grid));
+    launch.blockDim = dim3(static_cast<unsigned>(threads != 0 ? threads : c.threads));
+    launch.dynamicSmemBytes = threads != 0 ? smem_bytes : c.smem_bytes;
     launch.stream = st;
     launch.attrs = &after_previous;
     launch.numAttrs = c.dependent_launch ? 1 : 0;
@@ -134,6 +137,7 @@ KernelArgs kernel_constants(const KernelShape& s, const LaunchConfig& c) {
     a.div = Dividers{make_divider(s.W), make_divider(s.R),          make_divider(s.W + s.R),
                      make_divider(s.C), make_divider(s.gate_width), make_divider(s.rec_tile)};
     a.lean = c.lean;
+    a.spread = c.spread;
     return a;
 }
 
@@ -205,6 +209,8 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     c.grid = static_cast<int>(grid);
     e = static_cast<cudaError_t>(lean_configure(s, device, sms, &c.lean));
     if (e != cudaSuccess) return e;
+    e = static_cast<cudaError_t>(spread_configure(s, layout, c, output_bytes, device, sms, &c.spread));
+    if (e != cudaSuccess) return e;
     *config = c;
     *args = kernel_constants(s, c);
     return cudaSuccess;
@@ -230,8 +236,12 @@ int launch(const LaunchConfig& config, const KernelArgs& args, void* stream) {
         e = cudaGetLastError();
     }
     if (e != cudaSuccess) return e;
-    // Its blocks return at once where the main kernel listed no chunk.
-    return launch_after_previous(wide_log_kernel(config), config, args, st);
+    // Its blocks return at once where the main kernel listed no chunk; the spread kernel's
+    // where it handed over none.
+    e = launch_after_previous(wide_log_kernel(config), config, args, st);
+    if (e != cudaSuccess || config.spread.capacity == 0) return e;
+    return launch_after_previous(spread_kernel_for(config.narrow_counts), config, args, st, config.spread.grid,
+                                 kSpreadThreads, config.spread.smem_bytes);
 }
 
 }   // namespace cuda

@@ -9,9 +9,10 @@
 // the compact chunks registers and instruction-cache room (2-9 % of their time, measured).
 // Plans with no field beyond the spec's default set (most plans) get a main kernel with no
 // code for the other fields (ShippedFields), which also carries the match-ranked sort.
-// The instantiations are compiled in three translation units, in parallel: phase1.cu (the
+// The instantiations are compiled in four translation units, in parallel: phase1.cu (the
 // main kernels, with and without ShippedFields), phase1_sorted_rows.cu (the main kernels
-// with the rows in sorted order) and phase1_wide_log.cu (the wide-log kernels).
+// with the rows in sorted order), phase1_wide_log.cu (the wide-log kernels) and
+// phase1_spread.cu (the main kernels of plans with spread slots, and the spread kernel).
 #ifndef SDM_P1_KERNELS_PHASE1_KERNEL_CUH
 #define SDM_P1_KERNELS_PHASE1_KERNEL_CUH
 
@@ -38,6 +39,14 @@ KernelFn wide_log_kernel(const LaunchConfig& c);
 // the plan has none; phase1_lean.cu). Returns a cudaError_t value.
 KernelFn lean_kernel_for(const KernelShape& s);
 int lean_configure(const KernelShape& s, int device, int sms, LeanLayout* layout);
+// The spread kernel for a plan's count type; the main kernel of a plan with spread slots
+// (full-size blocks, rows not in sorted order); the spread layout of a plan of launch
+// configuration c whose chunks have `arrays` (spread.capacity == 0: no slots). In
+// phase1_spread.cu; spread_configure returns a cudaError_t value.
+KernelFn spread_kernel_for(bool narrow_counts);
+KernelFn spread_main_kernel(const LaunchConfig& c);
+int spread_configure(const KernelShape& s, const ArrayLayout& arrays, const LaunchConfig& c, size_t output_bytes,
+                     int device, int sms, SpreadLayout* out);
 
 // Each translation unit has its own instantiations.
 namespace {
@@ -55,7 +64,10 @@ union ScanTemp {
 // KernelArgs::wide_chunks; else the main kernel, over every chunk. ShippedFields: the plan
 // requests no field beyond SDM_P1_DET_SHIPPED's set (KernelShape::shipped_fields), and the
 // kernel carries no code for the others.
-template <int Threads, typename Count, bool OnChip, bool SortedRows, bool WideLog, bool ShippedFields>
+// Spread: the main kernel of a plan with spread slots (kernels/spread/), which hands the pair
+// sums of chunks of many terms to the spread kernel.
+template <int Threads, typename Count, bool OnChip, bool SortedRows, bool WideLog, bool ShippedFields,
+          bool Spread = false>
 __global__ void __launch_bounds__(Threads, kMaxThreads / Threads) phase1_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
     __shared__ ChunkShared sh;
@@ -83,8 +95,9 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads) phase1_kernel(
     // them has done so (or exited), so its waiting blocks never hold room a main block needs.
     // Likewise the main kernel after a lean kernel (the wait is a no-op unless launched as a
     // programmatic dependent: stream order already waits).
+    // The wide-log kernel lets the spread kernel (kernels/spread/) be launched likewise.
     if (WideLog || general_list != nullptr) asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (!WideLog) asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.launch_dependents;");
 #endif
     // The wide-log kernel's chunks, the lean kernel's leftovers (plans with a lean kernel), or
     // every chunk.
@@ -132,7 +145,7 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads) phase1_kernel(
         } else {
             write_records<SortedRows>(a, a.out, k, arr, sh);
         }
-        pair_sums<Threads, SortedRows>(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
+        pair_sums<Threads, SortedRows, Spread>(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
         if (threadIdx.x == 0 && sh.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
                       static_cast<unsigned long long>(sh.repeats));
@@ -141,17 +154,24 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads) phase1_kernel(
     }
 }
 
+// The full-size kernel of launch configuration c among those with SortedRows, WideLog,
+// ShippedFields and Spread. 32-bit counts mean a chunk too large for shared memory.
+template <bool SortedRows, bool WideLog, bool ShippedFields, bool Spread>
+KernelFn full_size_kernel_of(const LaunchConfig& c) {
+    if (!c.narrow_counts)
+        return phase1_kernel<kMaxThreads, uint32_t, false, SortedRows, WideLog, ShippedFields, Spread>;
+    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true, SortedRows, WideLog, ShippedFields, Spread>
+                     : phase1_kernel<kMaxThreads, uint16_t, false, SortedRows, WideLog, ShippedFields, Spread>;
+}
+
 // The kernel of launch configuration c among those with SortedRows, WideLog and
-// ShippedFields. The half-size block always has its core arrays on chip (configure); 32-bit
-// counts mean a chunk too large for shared memory.
+// ShippedFields. The half-size block always has its core arrays on chip (configure).
 template <bool SortedRows, bool WideLog, bool ShippedFields = false>
 KernelFn kernel_of(const LaunchConfig& c) {
     if (c.threads != kMaxThreads) {
         return phase1_kernel<kMaxThreads / 2, uint16_t, true, SortedRows, WideLog, ShippedFields>;
     }
-    if (!c.narrow_counts) return phase1_kernel<kMaxThreads, uint32_t, false, SortedRows, WideLog, ShippedFields>;
-    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true, SortedRows, WideLog, ShippedFields>
-                     : phase1_kernel<kMaxThreads, uint16_t, false, SortedRows, WideLog, ShippedFields>;
+    return full_size_kernel_of<SortedRows, WideLog, ShippedFields, false>(c);
 }
 
 }   // namespace

@@ -6,7 +6,8 @@
 //  * else the warp path (pair_windows.cuh): the stage lists the write row (the sorted
 //    position of each write entry) and, where writes repeat slots of their tokens, its runs;
 //    then a warp a unit, its run-terms in windows of 32, one a lane (hot and skewed slots, up
-//    to a chunk on one slot).
+//    to a chunk on one slot); a chunk of many terms there hands its units to the spread
+//    kernel instead (kernels/spread/), whose warps on every SM take them.
 // Each cell has one writer, which adds its terms in the canonical order, so both paths give
 // the CPU backend's bits.
 #ifndef SDM_P1_KERNELS_STAGE_PAIRS_CUH
@@ -17,6 +18,7 @@
 #include "pair_common.cuh"
 #include "pair_one_batch.cuh"
 #include "pair_windows.cuh"
+#include "spread/spread_export.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -85,13 +87,36 @@ __device__ __forceinline__ ChunkRuns<typename Arrays::Count> list_writes(const K
     return ChunkRuns<Count>{run_value, run_id, run_start};
 }
 
+// Unit u of chunk c (row u / 2 of a, u even, or of qk) by the calling warp: its cells summed
+// in `row` (C doubles, zero before and after) and stored, the cells without terms as zeros.
+// The spread kernel (kernels/spread/) calls it too, on a slot's copy of the arrays.
+template <class Arrays>
+__device__ __forceinline__ void warp_unit(const KernelArgs& a, int64_t c, const Arrays& arr,
+                                          const ChunkRuns<typename Arrays::Count>& runs, uint32_t u, double* row) {
+    const int C = a.s.C, lane = static_cast<int>(threadIdx.x & 31u);
+    const int i = static_cast<int>(u >> 1);
+    const bool qk = (u & 1u) != 0u;
+    if (runs.id) {
+        warp_unit_windows<true>(a, arr, runs, i, qk, row);
+    } else {
+        warp_unit_windows<false>(a, arr, runs, i, qk, row);
+    }
+    float* const out_row = (qk ? a.out.qk : a.out.a) + (c * C + i) * C;
+    for (int j = lane; j < C; j += 32) {
+        const bool kept = qk ? j <= i : j < i;
+        out_row[j] = kept ? to_f32(row[j]) : 0.0f;
+        row[j] = 0.0;
+    }
+    __syncwarp();
+}
+
 // Every unit by the warps, a unit at a time, as far as `room` bytes at base hold their rows.
 template <class Arrays>
 __device__ __forceinline__ void warp_units(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                            const ChunkRuns<typename Arrays::Count>& runs, char* base, size_t room) {
     __shared__ uint32_t next_unit;
     const int C = a.s.C;
-    const uint32_t units = 2 * static_cast<uint32_t>(C);   // unit u: row u / 2 of a (u even) or of qk (u odd)
+    const uint32_t units = 2 * static_cast<uint32_t>(C);
     if (threadIdx.x == 0) next_unit = 0;
     __syncthreads();
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31u);
@@ -104,27 +129,16 @@ __device__ __forceinline__ void warp_units(const KernelArgs& a, const Chunk& k, 
         if (lane == 0) u = atomicAdd(&next_unit, 1u);
         u = __shfl_sync(kFullWarp, u, 0);
         if (u >= units) break;
-        const int i = static_cast<int>(u >> 1);
-        const bool qk = (u & 1u) != 0u;
-        if (runs.id) {
-            warp_unit_windows<true>(a, arr, runs, i, qk, row);
-        } else {
-            warp_unit_windows<false>(a, arr, runs, i, qk, row);
-        }
-        float* const out_row = (qk ? a.out.qk : a.out.a) + (k.c * C + i) * C;
-        for (int j = lane; j < C; j += 32) {
-            const bool kept = qk ? j <= i : j < i;
-            out_row[j] = kept ? to_f32(row[j]) : 0.0f;
-            row[j] = 0.0;
-        }
-        __syncwarp();
+        warp_unit(a, k.c, arr, runs, u, row);
     }
 }
 
 // The stage, in the stage room (`stage_room` bytes at stage): from ArrayLayout::pair on for
 // the one-batch path, from pair_rows on for the warp path.
-template <int Threads, bool SortedRows, class Arrays>
-__device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const Arrays& arr, const ChunkShared& sh,
+// Spread: the main kernel of a plan with spread slots, which hands a chunk of many terms to
+// the spread kernel where a slot is free (kernels/spread/spread_export.cuh).
+template <int Threads, bool SortedRows, bool Spread, class Arrays>
+__device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, const Arrays& arr, ChunkShared& sh,
                                           char* stage, size_t stage_room, BlockScanTemp<uint32_t>& scan) {
     const uint32_t units = 2 * static_cast<uint32_t>(a.s.C);
     const size_t pair = a.layout.pair, rows = a.layout.pair_rows;
@@ -135,6 +149,7 @@ __device__ __forceinline__ void pair_sums(const KernelArgs& a, const Chunk& k, c
         return;
     }
     const ChunkRuns<typename Arrays::Count> runs = list_writes(a, k, arr, sh, scan);
+    if (Spread && hand_over_chunk(a, k, arr, runs, sh)) return;
     warp_units(a, k, arr, runs, stage + rows, stage_room - rows);
 }
 

@@ -941,6 +941,60 @@ inline CaseList lean_cases(const ListOptions& o) {
     return seeded(thin(c, o, 3), "lean", o);
 }
 
+// Chunks for the spread path (kernels/spread/): hot chunks on the pair sums' warp path, more
+// of them than the slots (two a main block: some handed over, the rest summed in place), S8's
+// shape at reduced N (its chunks pass the default threshold), a chunk on one slot with C = 256,
+// and hot chunks with per-stream lengths.
+inline CaseList spread_cases(const ListOptions& o) {
+    const int64_t twice = (2 * o.sms + 8 + 127) / 128 * 128;   // N >= 2 * sms, in whole streams
+    CaseList c = {
+        spec("past-the-slots-one-slot", 8 * twice, 16, 32, 32, 1)
+            .streams(128)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
+        spec("S8-reduced", o.quick ? 4 : 16, 128, 64, 64, 262144)
+            .streams(2)
+            .skewed(1.1)
+            .bfloat16()
+            .gate_kind(Gates::Logsigmoid),
+        spec("one-slot-C256-W32-R32", 2, 256, 32, 32, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Normal)
+            .value_kind(Values::Mixed),
+        spec("reads-slot0-recent-C128", 4, 128, 32, 32, 64)
+            .streams(2)
+            .key_mode(Keys::Random)
+            .read_mode(Reads::Recent)
+            .gate_kind(Gates::Normal)
+            .fields(SDM_P1_DET_ALL),
+    };
+    Rng rng(mix_seed(o.seed, name_seed("spread-lengths")));
+    CaseSpec hot = spec("one-slot-lengths", 12, 16, 32, 32, 1)
+                       .streams(4)
+                       .key_mode(Keys::Random)
+                       .gate_kind(Gates::Normal)
+                       .fields(SDM_P1_DET_ALL);
+    c.push_back(hot.stream_lengths(stream_lengths(Lengths::Mixed, hot.P, hot.steps(), hot.C, rng), false));
+    return seeded(thin(c, o, 2), "spread", o);
+}
+
+// A chunk of C tokens whose W writes and R reads all hit one slot, every token valid: its pair
+// terms (a walker's earlier writes in the group, its own token's included) are, for token t's
+// write lane l, t * W + l, and for its reads (t + 1) * W each. With W + R >= 33 it takes the
+// warp path (at least 16 walkers a unit).
+inline CaseSpec one_slot_chunks(int64_t N, int64_t C, int64_t W, int64_t R) {
+    return spec("one-slot-threshold", N, C, W, R, 1).key_mode(Keys::Random).gate_kind(Gates::Normal);
+}
+inline uint64_t one_slot_chunk_terms(int64_t C, int64_t W, int64_t R) {
+    uint64_t terms = 0;
+    for (int64_t t = 0; t < C; ++t) {
+        for (int64_t l = 0; l < W; ++l) terms += static_cast<uint64_t>(t * W + l);
+        terms += static_cast<uint64_t>(R * (t + 1) * W);
+    }
+    return terms;
+}
+
 }   // namespace cuda_test
 
 #endif   // SDM_P1_TESTS_CUDA_CASE_LISTS_H

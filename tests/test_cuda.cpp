@@ -831,6 +831,33 @@ void run_comparison_families(Tally& t, const Options& o, cudaStream_t stream) {
     run_cases(t, "lean", lean_cases(o), o, stream);
 }
 
+// The spread path (kernels/spread/): SDMP1_SPREAD_TERMS, read at plan creation, set to 0
+// hands every chunk on the pair sums' warp path to the spread kernel, so the skewed, lengths
+// and spread cases run it on every hot chunk; then the spread cases at the default threshold,
+// and a chunk of known terms at the threshold and one term below it (handed over, summed in
+// place). The bits must be the CPU backend's every time.
+void run_spread_families(Tally& t, const Options& o, cudaStream_t stream) {
+    setenv("SDMP1_SPREAD_TERMS", "0", 1);
+    run_cases(t, "spread_skewed", skewed_cases(o), o, stream);
+    run_cases(t, "spread_lengths", length_cases(o), o, stream);
+    run_cases(t, "spread_all", spread_cases(o), o, stream);
+    unsetenv("SDMP1_SPREAD_TERMS");
+    run_cases(t, "spread", spread_cases(o), o, stream);
+    if (!o.only.empty() && o.only != "spread_threshold") return;
+    t.begin("spread_threshold");
+    const int64_t C = 8, W = 32, R = 32;
+    const uint64_t terms = one_slot_chunk_terms(C, W, R);
+    for (uint64_t threshold : {terms, terms + 1}) {
+        setenv("SDMP1_SPREAD_TERMS", std::to_string(threshold).c_str(), 1);
+        CaseSpec s = one_slot_chunks(6, C, W, R);
+        s.seed = mix_seed(o.seed, threshold);
+        t.run("one slot, " + std::to_string(terms) + " terms a chunk, threshold " + std::to_string(threshold),
+              [&] { return compare_backends(s, OutMode::Plan, stream); });
+    }
+    unsetenv("SDMP1_SPREAD_TERMS");
+    t.end();
+}
+
 // One API family; an exception outside its checks (in its setup) counts as a failed check.
 void family(Tally& t, const Options& o, const char* name, const std::function<void()>& body) {
     if (!o.only.empty() && o.only != name) return;
@@ -1442,9 +1469,11 @@ int run(const Options& o) {
     Tally t;
     if (o.cpu_only) {
         run_comparison_families(t, o, nullptr);
+        run_cases(t, "spread", spread_cases(o), o, nullptr);
     } else {
         Stream stream;
         if (!o.backward_only) run_comparison_families(t, o, stream.s);
+        if (!o.backward_only) run_spread_families(t, o, stream.s);
         run_backward_families(t, o, stream.s);
         run_backward_api_families(t, o, stream.s);
         if (!o.backward_only) run_api_families(t, o, stream.s);

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     list_writes(a, k, arr, sh, scan_temp.pairs);
     put(d, kPairsWriteRow, [&](uint32_t j) { return arr.write_row[j]; });
     __syncthreads();
-    pair_sums<kThreads, true>(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
+    pair_sums<kThreads, true, false>(a, k, arr, sh, stage, stage_room, scan_temp.pairs);
 }
 
 #define CHECK_CUDA(call)                                                                       \

@@ -389,7 +389,11 @@ typedef struct sdm_p1_plan sdm_p1_plan;
  * sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. Where the
  * environment variable SDMP1_LOG is set (to anything but "0"), a CUDA plan's creation prints
  * one line on stderr naming the kernels that will compute its chunks (the lean kernel first
- * or the general one) and their launch shapes; the environment is read for nothing else. */
+ * or the general one) and their launch shapes. SDMP1_SPREAD_TERMS, where set to a decimal
+ * number, replaces the pair terms a chunk needs before a CUDA plan hands its a and qk to the
+ * spread kernel (kernels/spread/README.md; 0: every hot chunk, 18446744073709551615: none):
+ * for tests and benchmarks, since the outputs' bits never depend on it. The environment is
+ * read for nothing else. */
 SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
 
 /* Frees a plan and everything it allocated, and stops and joins its worker threads (CPU).

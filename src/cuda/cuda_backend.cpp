@@ -106,8 +106,18 @@ static_assert(kPayloadNoEntry == PayloadError::kNoEntry && kPayloadTwice == Payl
 // many (the backward's gradients are small next to its slices, 130 bytes or so an entry).
 constexpr size_t kBackwardSliceFloor = size_t{64} << 20;
 
+// SDMP1_SPREAD_TERMS, where set to a number: the pair terms from which a chunk's pair sums
+// go to the spread kernel, in place of the plan's default (Backend::prepare).
+void spread_min_terms(uint64_t* min_terms) {
+    const char* const env = std::getenv("SDMP1_SPREAD_TERMS");
+    if (env == nullptr || *env == '\0') return;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    if (*end == '\0') *min_terms = v;
+}
+
 // SDMP1_LOG's line (Backend::prepare).
-void log_plan(const Options& o, const LaunchConfig& c) {
+void log_plan(const Options& o, const LaunchConfig& c, const SpreadLayout& spread) {
     const char* const env = std::getenv("SDMP1_LOG");
     if (env == nullptr || std::strcmp(env, "0") == 0) return;
     const LeanLayout& l = c.lean;
@@ -117,7 +127,13 @@ void log_plan(const Options& o, const LaunchConfig& c) {
         std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)", l.grid,
                      l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
     }
-    std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)\n", c.grid, c.threads, c.smem_bytes);
+    std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)", c.grid, c.threads, c.smem_bytes);
+    if (spread.capacity != 0) {
+        std::fprintf(stderr, ", spread (%d blocks, %lld slots of %zu B, from %llu terms a chunk)", spread.grid,
+                     static_cast<long long>(spread.capacity), spread.slot_bytes,
+                     static_cast<unsigned long long>(spread.min_terms));
+    }
+    std::fprintf(stderr, "\n");
 }
 
 }   // namespace
@@ -221,8 +237,11 @@ void Backend::prepare(const Options& o, size_t output_bytes) {
         const size_t slices = checked_mul(static_cast<size_t>(backward_.grid), backward_.layout.bytes, what);
         if (slices > scratch) scratch = slices;
     }
-    workspace_bytes_ = checked_add(scratch_offset_, scratch, what);
-    log_plan(o, config_);
+    spread_offset_ = checked_align_up(checked_add(scratch_offset_, scratch, what), 256, what);
+    const size_t slots = checked_mul(static_cast<size_t>(config_.spread.capacity), config_.spread.slot_bytes, what);
+    workspace_bytes_ = checked_add(spread_offset_, slots, what);
+    spread_min_terms(&args_.spread.min_terms);
+    log_plan(o, config_, args_.spread);
 }
 
 sdm_p1_allocator Backend::default_allocator() const { return sdm_p1_allocator{nullptr, device_alloc, device_free}; }
@@ -310,6 +329,7 @@ void Backend::execute(const Options&, const InputRecord& in, void* workspace, vo
     // Null: the main kernel computes every chunk (no lean kernel leaves it a list).
     a.general_chunks =
         config_.lean.threads != 0 ? reinterpret_cast<unsigned long long*>(ws + general_offset_) : nullptr;
+    a.spread_slots = config_.spread.capacity != 0 ? ws + spread_offset_ : nullptr;
     check(static_cast<cudaError_t>(launch(config_, a, stream)), "launching the Phase 1 kernel");
 }
 

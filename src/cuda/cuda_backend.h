@@ -82,7 +82,10 @@ public:
     // environment variable SDMP1_LOG is set (to anything but "0"), one line on stderr: the
     // plan's shape and the kernels its configuration runs (lean or general first, blocks,
     // threads, shared memory), for the benchmark and for whoever asks why a plan runs at the
-    // speed it does; nothing else reads the environment.
+    // speed it does. SDMP1_SPREAD_TERMS, where set to a decimal number, replaces the pair
+    // terms from which a chunk's pair sums go to the spread kernel (kernels/spread/README.md;
+    // 0: every chunk on the warp path; 18446744073709551615: none), for the tests and the
+    // benchmark: the bits never depend on it. Nothing else reads the environment.
     void prepare(const Options& o, size_t output_bytes) override;
     size_t workspace_bytes() const override { return workspace_bytes_; }
     size_t alignment() const override { return 256; }
@@ -116,6 +119,7 @@ private:
     size_t payload_value_offset_ = 0;   // backward plans: uint64[N] each chunk's first bad payload word
     size_t scratch_offset_ = 0;         // global scratch of the blocks (config_), if any; a backward
                                         // plan's backward slices (backward_) from the same offset
+    size_t spread_offset_ = 0;          // the spread kernel's slots (config_.spread), if any
     BackwardConfig backward_{};         // backward plans: the backward's configuration
     size_t workspace_bytes_ = 0;
 };

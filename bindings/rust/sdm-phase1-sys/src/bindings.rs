@@ -920,7 +920,11 @@ extern "C" {
     #[doc = " sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. Where the"]
     #[doc = " environment variable SDMP1_LOG is set (to anything but \"0\"), a CUDA plan's creation prints"]
     #[doc = " one line on stderr naming the kernels that will compute its chunks (the lean kernel first"]
-    #[doc = " or the general one) and their launch shapes; the environment is read for nothing else."]
+    #[doc = " or the general one) and their launch shapes. SDMP1_SPREAD_TERMS, where set to a decimal"]
+    #[doc = " number, replaces the pair terms a chunk needs before a CUDA plan hands its a and qk to the"]
+    #[doc = " spread kernel (kernels/spread/README.md; 0: every hot chunk, 18446744073709551615: none):"]
+    #[doc = " for tests and benchmarks, since the outputs' bits never depend on it. The environment is"]
+    #[doc = " read for nothing else."]
     pub fn sdm_p1_plan_create(
         plan: *mut *mut sdm_p1_plan,
         desc: *const sdm_p1_desc,
