@@ -33,9 +33,9 @@ __device__ __forceinline__ void count_pair_terms(const Chunk& k, const Arrays& a
 
 // Hands chunk k's units to the spread kernel where its terms reach the plan's threshold and a
 // slot is free (every thread calls it; true: handed over, the block writes no pair sum).
-// Compiled only into the main kernels of plans with slots (phase1_spread.cu): inlined in the
-// others, or called out of line, it cost their chunks 5-7 % (S4, S7, S6 with every field) and
-// 10-30 % (all fields).
+// Compiled only into the main kernels of plans with slots (phase1_spread.cu): compiled into
+// every main kernel it cost the chunks that never take it 5-7 % inlined (S4, S7, S6 with every
+// field) and 10-32 % out of line.
 template <class Arrays>
 __device__ __forceinline__ bool hand_over_chunk(const KernelArgs& a, const Chunk& k, const Arrays& arr,
                                                 const ChunkRuns<typename Arrays::Count>& runs, ChunkShared& sh) {
