@@ -941,14 +941,15 @@ inline CaseList lean_cases(const ListOptions& o) {
     return seeded(thin(c, o, 3), "lean", o);
 }
 
-// Chunks for the spread path (kernels/spread/): hot chunks on the pair sums' warp path, more
-// of them than the slots (two a main block: some handed over, the rest summed in place), S8's
-// shape at reduced N (its chunks pass the default threshold), a chunk on one slot with C = 256,
-// and hot chunks with per-stream lengths.
+// Chunks for the spread path (kernels/spread/): hot chunks on the pair sums' warp path in a plan
+// of more chunks than two a main block (it has no slots: every chunk summed in place, whatever
+// the threshold), S8's shape at reduced N (its chunks pass the default threshold), a chunk on
+// one slot with C = 256, reads on one slot after recent writes, and hot chunks with per-stream
+// lengths.
 inline CaseList spread_cases(const ListOptions& o) {
     const int64_t twice = (2 * o.sms + 8 + 127) / 128 * 128;   // N >= 2 * sms, in whole streams
     CaseList c = {
-        spec("past-the-slots-one-slot", 8 * twice, 16, 32, 32, 1)
+        spec("many-chunks-no-slots-one-slot", 8 * twice, 16, 32, 32, 1)
             .streams(128)
             .key_mode(Keys::Random)
             .gate_kind(Gates::Logsigmoid)
