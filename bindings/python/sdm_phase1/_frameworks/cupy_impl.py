@@ -73,6 +73,17 @@ def _check_arrays(arrays: dict, device: int) -> None:
             raise not_contiguous(name, a.shape, a.strides, f"cupy.ascontiguousarray({name})")
 
 
+def _call_arrays(k_idx, q_idx, k_val, q_val, g, beta, device: int) -> dict:
+    """The call's input arrays by name (beta where given); raises as _check_arrays where one is
+    not a cupy array (the other checks come with the plan, on a cache miss)."""
+    arrays = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
+    if beta is not None:
+        arrays["beta"] = beta
+    if not all(isinstance(a, cupy.ndarray) for a in arrays.values()):
+        _check_arrays(arrays, device)  # raises
+    return arrays
+
+
 def _make_plan(key, device, arrays, repeats, num_parallel, stream_offset, num_keys, valid_last,
                need_read_groups, rec_tile, det_fields, backward=False, grad_dtype=None):
     """A call's plan on a cache miss: every check the key stands for, then the plan (with
@@ -120,11 +131,7 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
             stream_lengths=None) -> Phase1:
     """phase1_forward on CuPy arrays (see sdm_phase1.phase1_forward)."""
     device = k_idx.device.id
-    arrays = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
-    if beta is not None:
-        arrays["beta"] = beta
-    if not all(isinstance(a, cupy.ndarray) for a in arrays.values()):
-        _check_arrays(arrays, device)  # raises
+    arrays = _call_arrays(k_idx, q_idx, k_val, q_val, g, beta, device)
     if valid_last is None and stream_lengths is not None:  # ignored there: C (the C API's unset)
         check_rank("k_idx", k_idx.shape)
         valid_last = k_idx.shape[1]
@@ -183,11 +190,7 @@ def backward(k_idx, q_idx, k_val, q_val, g, grads: dict, *, num_parallel, stream
     """phase1_backward on CuPy arrays (see sdm_phase1.phase1_backward): enqueued on CuPy's
     current stream, the gradients in cupy arrays (bfloat16 as uint16)."""
     device = k_idx.device.id
-    arrays = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
-    if beta is not None:
-        arrays["beta"] = beta
-    if not all(isinstance(a, cupy.ndarray) for a in arrays.values()):
-        _check_arrays(arrays, device)  # raises
+    arrays = _call_arrays(k_idx, q_idx, k_val, q_val, g, beta, device)
     if not isinstance(grads, dict):
         raise TypeError(f"grads must be a dict of output name -> array, got {type(grads).__name__}")
     if valid_last is None and stream_lengths is not None:  # ignored there: C (the C API's unset)
