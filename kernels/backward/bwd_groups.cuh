@@ -30,8 +30,7 @@ __device__ __forceinline__ void group_adjoints(const BackwardArgs& b, const Chun
         if (p & kIsQ) {
             const int64_t i = (k.c * C + t) * R + lane;
             const int64_t q_row = k.c * C * R + (r - static_cast<int64_t>(arr.writes_before[r]));
-            const QEntryUpstream u{upstream_value(up.q_w, s.bf16, i), upstream_f32(up.qrec, q_row),
-                                   upstream_f32(up.qrec8, q_row), upstream_f32(up.log_q, i)};
+            const QEntryUpstream u = q_entry_upstream(up, s.bf16, i, q_row);
             const QEntryAdjoints a = q_entry_adjoints(rho, v, e_log, u);
             if (b.grads.q_val != nullptr) store_grad(b.grads.q_val, b.grad_bf16, i, a.dv);
             arr.gbar[r] = a.gbar;
@@ -39,15 +38,8 @@ __device__ __forceinline__ void group_adjoints(const BackwardArgs& b, const Chun
         }
         const int64_t i = (k.c * C + t) * W + lane;
         const int64_t k_row = k.c * C * W + arr.writes_before[r];
-        const KEntryUpstream u{upstream_value(up.k_eff, s.bf16, i),
-                               upstream_f32(up.log_k, i),
-                               upstream_f32(up.rex, i),
-                               upstream_value(up.cpe, s.bf16, i),
-                               upstream_f32(up.krec, 2 * k_row),
-                               upstream_f32(up.krec, 2 * k_row + 1)};
-        // beta is read only with a kspa gradient (docs/backward.md).
-        const float beta = up.kspa != nullptr ? b.k.beta[k.c * C + t] : 0.0f;
-        const double coefficient = kspa_coefficient(beta, upstream_f32(up.kspa, k_row));
+        const KEntryUpstream u = k_entry_upstream(up, s.bf16, i, k_row);
+        const double coefficient = k_entry_coefficient(up, b.k.beta, k.c * C + t, k_row);
         const KEntryAdjoints a = k_entry_adjoints(rho, arr.gamma[r], v, e_log, exp_fix(arr.rex[r]), coefficient, u);
         if (b.grads.k_val != nullptr) store_grad(b.grads.k_val, b.grad_bf16, i, a.dv);
         arr.gbar[r] = a.gbar;

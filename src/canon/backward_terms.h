@@ -6,6 +6,7 @@
 #ifndef SDM_P1_CANON_BACKWARD_TERMS_H
 #define SDM_P1_CANON_BACKWARD_TERMS_H
 
+#include "backward_buffers.h"
 #include "elements.h"
 #include "ieee.h"
 
@@ -58,11 +59,33 @@ SDM_HD KEntryAdjoints k_entry_adjoints(double rho, double gamma, float v, double
     return r;
 }
 
+// The upstream gradients gathered to the K entry of element i (of k_val's [N, C, W]) and
+// K-row index k_row (the chunk's write entries before it in its sorted row, plus the chunk's
+// first K row).
+SDM_HD KEntryUpstream k_entry_upstream(const UpstreamGrads& up, bool bf16, int64_t i, int64_t k_row) {
+    return KEntryUpstream{upstream_value(up.k_eff, bf16, i), upstream_f32(up.log_k, i),
+                          upstream_f32(up.rex, i),           upstream_value(up.cpe, bf16, i),
+                          upstream_f32(up.krec, 2 * k_row),  upstream_f32(up.krec, 2 * k_row + 1)};
+}
+
+// The kspa coefficient of the K entry of token `token` (global) and K-row index k_row: beta
+// is read only with a kspa gradient (docs/backward.md).
+SDM_HD double k_entry_coefficient(const UpstreamGrads& up, const float* beta, int64_t token, int64_t k_row) {
+    return up.kspa != nullptr ? kspa_coefficient(beta[token], up.kspa[k_row]) : kspa_coefficient(0.0f, 0.0f);
+}
+
 // The upstream gradients gathered to one Q entry: q_w's, the two record scales' (by its
 // Q-row index), log_q's.
 struct QEntryUpstream {
     float q_w, qrec, qrec8, log_q;
 };
+
+// The upstream gradients gathered to the Q entry of element i (of q_val's [N, C, R]) and
+// Q-row index q_row.
+SDM_HD QEntryUpstream q_entry_upstream(const UpstreamGrads& up, bool bf16, int64_t i, int64_t q_row) {
+    return QEntryUpstream{upstream_value(up.q_w, bf16, i), upstream_f32(up.qrec, q_row), upstream_f32(up.qrec8, q_row),
+                          upstream_f32(up.log_q, i)};
+}
 
 struct QEntryAdjoints {
     double dv, gbar;
@@ -87,9 +110,31 @@ SDM_HD double gate_adjoint(double suffix, double prefix, double total_adjoint) {
     return dadd(dadd(suffix, prefix), total_adjoint);
 }
 
-// One K entry's term of its token's beta gradient: acc - dkspa * v * exp(log).
+// A K entry alone in its slot group: group_adjoints' sequence for a group of one, whose sums
+// are +0.0, whose rex is 0 (exp 1) and whose total is its own log (e_total = e_log). Its
+// value's gradient and its gate's adjoint.
+struct LoneKAdjoints {
+    double dv, xbar;
+};
+
+SDM_HD LoneKAdjoints lone_k_entry_adjoints(float v, double e_log, double coefficient, const KEntryUpstream& u) {
+    const KEntryAdjoints a = k_entry_adjoints(0.0, 0.0, v, e_log, 1.0, coefficient, u);
+    const double total_adjoint = total_term_add(0.0, a.cbar, e_log);
+    return LoneKAdjoints{a.dv, gate_adjoint(dadd(0.0, a.gbar), 0.0, total_adjoint)};
+}
+
+// A Q entry alone in its slot group: its sum is +0.0 and its log 0 (exp 1). Its value's
+// gradient.
+SDM_HD double lone_q_entry_grad(float v, const QEntryUpstream& u) { return q_entry_adjoints(0.0, v, 1.0, u).dv; }
+
+// One K entry's term of its token's beta gradient: acc - dkspa * v * exp(log), the exact
+// factor -dkspa * v times e_log by one fused multiply-add.
+SDM_HD double beta_term_factor(float dkspa, float v) {
+    return dmul(-static_cast<double>(dkspa), static_cast<double>(v));
+}
+SDM_HD double beta_term_add(double acc, double factor, double e_log) { return dfma(factor, e_log, acc); }
 SDM_HD double beta_term_add(double acc, float dkspa, float v, double e_log) {
-    return dfma(dmul(-static_cast<double>(dkspa), static_cast<double>(v)), e_log, acc);
+    return beta_term_add(acc, beta_term_factor(dkspa, v), e_log);
 }
 
 // Stores a gradient, rounded once to float32 (then to bfloat16 where bf16).

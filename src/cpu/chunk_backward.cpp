@@ -140,8 +140,7 @@ void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScrat
         if (p & kIsQ) {
             const int64_t i = (k.c * o.C + t) * o.R + lane;
             const int64_t q_row = k.c * o.C * o.R + (r - static_cast<int64_t>(s.writes[r]));
-            const QEntryUpstream u{upstream_value(up.q_w, o.bf16, i), upstream_f32(up.qrec, q_row),
-                                   upstream_f32(up.qrec8, q_row), upstream_f32(up.log_q, i)};
+            const QEntryUpstream u = q_entry_upstream(up, o.bf16, i, q_row);
             const QEntryAdjoints a = q_entry_adjoints(rho, v, e_log, u);
             if (b.grads.q_val != nullptr) store_grad(b.grads.q_val, o.grad_bf16, i, a.dv);
             bs.gbar[r] = a.gbar;
@@ -149,15 +148,8 @@ void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScrat
         }
         const int64_t i = (k.c * o.C + t) * o.W + lane;
         const int64_t k_row = k.c * o.C * o.W + s.writes[r];
-        const KEntryUpstream u{upstream_value(up.k_eff, o.bf16, i),
-                               upstream_f32(up.log_k, i),
-                               upstream_f32(up.rex, i),
-                               upstream_value(up.cpe, o.bf16, i),
-                               upstream_f32(up.krec, 2 * k_row),
-                               upstream_f32(up.krec, 2 * k_row + 1)};
-        // beta is read only with a kspa gradient (docs/backward.md).
-        const float beta = up.kspa != nullptr ? b.in.beta[k.c * o.C + t] : 0.0f;
-        const double coefficient = kspa_coefficient(beta, upstream_f32(up.kspa, k_row));
+        const KEntryUpstream u = k_entry_upstream(up, o.bf16, i, k_row);
+        const double coefficient = k_entry_coefficient(up, b.in.beta, k.c * o.C + t, k_row);
         const KEntryAdjoints a =
             k_entry_adjoints(rho, column_sum(k, up, s, r, end), v, e_log, exp_fix(rex_at(s, r)), coefficient, u);
         if (b.grads.k_val != nullptr) store_grad(b.grads.k_val, o.grad_bf16, i, a.dv);
