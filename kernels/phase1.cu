@@ -39,7 +39,7 @@ KernelFn kernel_for(const LaunchConfig& c) {
 
 }   // namespace
 
-cudaError_t raise_smem_limit(KernelFn kernel, int device, SmemLimits* out) {
+cudaError_t raise_smem_limit(const void* kernel, int device, SmemLimits* out) {
     int optin = 0, per_sm = 0, reserved = 0;
     cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);

@@ -26,7 +26,11 @@ struct SmemLimits {
 
 // Raises `kernel`'s dynamic shared-memory limit to the device's maximum (so every plan on the
 // device may launch it with any amount up to that) and reports its limits.
-cudaError_t raise_smem_limit(KernelFn kernel, int device, SmemLimits* out);
+// Any kernel, by its function's address (the backward's kernels take other arguments).
+cudaError_t raise_smem_limit(const void* kernel, int device, SmemLimits* out);
+inline cudaError_t raise_smem_limit(KernelFn kernel, int device, SmemLimits* out) {
+    return raise_smem_limit(reinterpret_cast<const void*>(kernel), device, out);
+}
 
 }   // namespace cuda
 }   // namespace sdm_p1

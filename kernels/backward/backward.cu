@@ -47,7 +47,15 @@ __global__ void __launch_bounds__(kBackwardThreads) backward_kernel(const __grid
     const KernelShape& s = a.s;
     const bwd::Arrays arr = bwd::bind_arrays(b);
     const int n = s.C * (s.W + s.R);
-    for (int64_t c = blockIdx.x; c < s.N; c += gridDim.x) {
+    // After the lean backward (k.general_chunks set), the chunks it left: its end and memory are
+    // waited for here (it launched this kernel as a programmatic dependent); else every chunk.
+    const unsigned long long* const list = a.general_chunks;
+#if __CUDA_ARCH__ >= 900
+    if (list != nullptr) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    const int64_t chunks = list != nullptr ? static_cast<int64_t>(general_chunk_count(*a.status)) : s.N;
+    for (int64_t i = blockIdx.x; i < chunks; i += gridDim.x) {
+        const int64_t c = list != nullptr ? static_cast<int64_t>(list[i]) : i;
         const Chunk k{c, valid_tokens(a, c), n, (c % s.P) * s.stream_offset};
         if (threadIdx.x == 0) {
             sh.error_code = kNoError;
@@ -131,6 +139,11 @@ int backward_configure(const KernelShape& s, int device, size_t slice_budget, Ba
     }
     if (e != cudaSuccess) return e;
     BackwardConfig c{};
+    int major = 0;
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess) e = static_cast<cudaError_t>(lean_backward_configure(s, device, sms, &c.lean));
+    if (e != cudaSuccess) return e;
+    c.dependent_launch = major >= 9;
     c.layout = slice_layout(s);
     const int64_t affordable = std::max<int64_t>(1, static_cast<int64_t>(slice_budget / c.layout.bytes));
     const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
@@ -147,12 +160,32 @@ int backward_launch(const BackwardConfig& c, const BackwardArgs& b, void* stream
     cudaError_t e = cudaMemsetAsync(status, 0xFF, sizeof(DeviceStatus), st);
     if (e == cudaSuccess) e = cudaMemsetAsync(&status->backward, 0, sizeof(status->backward), st);
     if (e != cudaSuccess) return e;
-    if (b.payload != nullptr) {
-        backward_kernel<false><<<c.grid, kBackwardThreads, 0, st>>>(b);
-    } else {
-        backward_kernel<true><<<c.grid_sort, kBackwardThreads, 0, st>>>(b);
+    if (b.payload == nullptr) {
+        BackwardArgs all = b;
+        all.k.general_chunks = nullptr;
+        backward_kernel<true><<<c.grid_sort, kBackwardThreads, 0, st>>>(all);
+        return cudaGetLastError();
     }
-    return cudaGetLastError();
+    if (c.lean.threads == 0 || b.k.general_chunks == nullptr) {
+        BackwardArgs all = b;
+        all.k.general_chunks = nullptr;
+        backward_kernel<false><<<c.grid, kBackwardThreads, 0, st>>>(all);
+        return cudaGetLastError();
+    }
+    // The lean backward, then the general backward on the chunks it left, launched while the
+    // lean one runs (its blocks wait for it in griddepcontrol.wait).
+    e = static_cast<cudaError_t>(lean_backward_launch(b, stream));
+    if (e != cudaSuccess) return e;
+    cudaLaunchAttribute after_previous{};
+    after_previous.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    after_previous.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t launch{};
+    launch.gridDim = dim3(static_cast<unsigned>(c.grid));
+    launch.blockDim = dim3(static_cast<unsigned>(kBackwardThreads));
+    launch.stream = st;
+    launch.attrs = &after_previous;
+    launch.numAttrs = c.dependent_launch ? 1 : 0;
+    return cudaLaunchKernelEx(&launch, backward_kernel<false>, b);
 }
 
 }   // namespace cuda

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "../kernel_args.h"
+#include "lean/lean_backward_layout.h"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -64,6 +65,13 @@ struct BackwardArgs {
     char* slices;   // grid slices of layout.bytes
     BackwardSlice layout;
     uint64_t* payload_value;   // N words: chunk c's first bad payload word | valid tokens << 32
+    // The lean backward (kernels/backward/lean/; lean.threads == 0: none), run first where the
+    // payload is given: its layout and its blocks' slices (lean.grid * lean.slice_bytes bytes).
+    // It lists the chunks it leaves in k.general_chunks (k.status->general_left counts them),
+    // and the general backward then computes those alone; with k.general_chunks null, every
+    // chunk.
+    LeanBackwardLayout lean;
+    char* lean_slices;
 };
 
 // How the backward runs a plan's shape on one device (chosen at plan creation).
@@ -71,16 +79,29 @@ struct BackwardConfig {
     int grid;        // blocks, each owning a slice and looping over chunks blockIdx.x, + grid, ...
     int grid_sort;   // blocks of the kernel that sorts again (payload NULL), <= grid
     BackwardSlice layout;
+    LeanBackwardLayout lean;   // the lean backward's (lean.threads == 0: none)
+    bool dependent_launch;     // the general backward as a programmatic dependent of the lean one
 };
 
-// Chooses the backward's configuration of `shape` on `device`: as many blocks as the device
-// holds at once, no more than N, and no more than `slice_budget` bytes of slices (at least
-// one block). Returns a cudaError_t value (0: success).
+// Chooses the backward's configuration of `shape` on `device`: the lean backward's layout
+// where it serves the shape (lean_backward_configure), and the general backward's grid: as
+// many blocks as the device holds at once, no more than N, and no more than `slice_budget`
+// bytes of slices (at least one block). Returns a cudaError_t value (0: success).
 int backward_configure(const KernelShape& shape, int device, size_t slice_budget, BackwardConfig* config);
 
+// The lean backward's layout for `shape` on a device of `sms` multiprocessors (threads == 0:
+// it does not serve the shape), in kernels/backward/lean/lean_backward.cu.
+int lean_backward_configure(const KernelShape& shape, int device, int sms, LeanBackwardLayout* layout);
+
+// Enqueues the lean backward's kernel (lean_backward.cu).
+int lean_backward_launch(const BackwardArgs& args, void* stream);
+
 // Enqueues one backward on `stream`: clears the status (and marks it a backward's), then runs
-// the kernel. `args` has the execute's pointers set, slices config.grid * layout.bytes bytes.
-// Returns a cudaError_t value (0: success).
+// the lean backward (payload given, a plan it serves) and the general backward on the chunks
+// it leaves, or the general backward on every chunk. `args` has the execute's pointers set,
+// slices config.grid * layout.bytes bytes, lean_slices config.lean.grid *
+// config.lean.slice_bytes bytes and k.general_chunks N words where the plan has a lean
+// backward. Returns a cudaError_t value (0: success).
 int backward_launch(const BackwardConfig& config, const BackwardArgs& args, void* stream);
 
 }   // namespace cuda

@@ -136,6 +136,22 @@ void log_plan(const Options& o, const LaunchConfig& c, const SpreadLayout& sprea
     std::fprintf(stderr, "\n");
 }
 
+// SDMP1_LOG's line of a backward plan (Backend::prepare).
+void log_backward_plan(const BackwardConfig& c) {
+    const char* const env = std::getenv("SDMP1_LOG");
+    if (env == nullptr || std::strcmp(env, "0") == 0) return;
+    const LeanBackwardLayout& l = c.lean;
+    std::fprintf(stderr, "libsdmp1: backward");
+    if (l.threads != 0) {
+        std::fprintf(stderr,
+                     " lean (%d blocks of %d threads, %d an SM, %u B shared, %d hot warps, hot groups of up to %d "
+                     "entries, xbar %s, beta terms %s, %zu B slices), then",
+                     l.grid, l.threads, l.blocks_per_sm, l.smem_bytes, l.hot_warps, l.hot_max,
+                     l.xbar_in_smem ? "shared" : "global", l.beta_terms_in_smem ? "shared" : "global", l.slice_bytes);
+    }
+    std::fprintf(stderr, " general (%d blocks, %zu B slices)\n", c.grid, c.layout.bytes);
+}
+
 }   // namespace
 
 KernelShape kernel_shape(const Options& o) {
@@ -234,7 +250,10 @@ void Backend::prepare(const Options& o, size_t output_bytes) {
         const size_t budget = output_bytes > kBackwardSliceFloor ? output_bytes : kBackwardSliceFloor;
         const int b = backward_configure(kernel_shape(o), device_, budget, &backward_);
         check(static_cast<cudaError_t>(b), "configuring the Phase 1 backward kernel");
-        const size_t slices = checked_mul(static_cast<size_t>(backward_.grid), backward_.layout.bytes, what);
+        const size_t general = checked_mul(static_cast<size_t>(backward_.grid), backward_.layout.bytes, what);
+        lean_slices_offset_ = checked_add(scratch_offset_, checked_align_up(general, 256, what), what);
+        const size_t lean = checked_mul(static_cast<size_t>(backward_.lean.grid), backward_.lean.slice_bytes, what);
+        const size_t slices = checked_add(checked_align_up(general, 256, what), lean, what);
         if (slices > scratch) scratch = slices;
     }
     spread_offset_ = checked_align_up(checked_add(scratch_offset_, scratch, what), 256, what);
@@ -242,6 +261,7 @@ void Backend::prepare(const Options& o, size_t output_bytes) {
     workspace_bytes_ = checked_add(spread_offset_, slots, what);
     spread_min_terms(&args_.spread.min_terms);
     log_plan(o, config_, args_.spread);
+    if (o.backward) log_backward_plan(backward_);
 }
 
 sdm_p1_allocator Backend::default_allocator() const { return sdm_p1_allocator{nullptr, device_alloc, device_free}; }
@@ -386,6 +406,11 @@ void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* 
     a.slices = ws + scratch_offset_;
     a.layout = backward_.layout;
     a.payload_value = reinterpret_cast<uint64_t*>(ws + payload_value_offset_);
+    a.lean = backward_.lean;
+    a.lean_slices = backward_.lean.slice_bytes != 0 ? ws + lean_slices_offset_ : nullptr;
+    // The chunks the lean backward leaves to the general one (the forward's list, unused now).
+    a.k.general_chunks =
+        backward_.lean.threads != 0 ? reinterpret_cast<unsigned long long*>(ws + general_offset_) : nullptr;
     check(static_cast<cudaError_t>(backward_launch(backward_, a, stream)), "launching the Phase 1 backward kernel");
 }
 

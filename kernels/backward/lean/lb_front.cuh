@@ -1,0 +1,202 @@
+// Lean backward stage "front": the payload check and decode, the gates, the row's masks and
+// the hot groups' list. CPU twins: check_payload, load_gates and decode_payload
+// (src/cpu/chunk_backward.cpp, chunk_stages.h), scan_forward's write counts. The check only
+// finds whether the chunk's data has a problem (a payload word naming no entry, one named
+// twice, a padding bit that disagrees with the valid tokens, padding before a valid entry, no
+// head first; a bad gate): such a chunk, like one whose log-cumsums need the wide form, goes
+// to the general backward, which finds the CPU's first offender and reports it.
+#ifndef SDM_P1_KERNELS_BACKWARD_LEAN_LB_FRONT_CUH
+#define SDM_P1_KERNELS_BACKWARD_LEAN_LB_FRONT_CUH
+
+#include "../../stage_load.cuh"
+#include "lb_context.cuh"
+
+namespace sdm_p1 {
+namespace cuda {
+namespace lbwd {
+
+// Sets the chunk's scalars and clears the payload check's bits. Ends with a barrier.
+__device__ __forceinline__ void begin_chunk(const LbChunk& k, const LbArrays& arr, LbShared& sh) {
+    if (threadIdx.x == 0) {
+        sh.bad = 0;
+        sh.gate_lowest_bit = 128;
+        sh.gate_bits = 0;
+        sh.hot_count = 0;
+        sh.hot_next = 0;
+        sh.small_count = 0;
+        sh.small_next = 0;
+        for (int c = 0; c < kSmallClasses; ++c) sh.small_class[c] = 0;
+        sh.lone_next = 0;
+    }
+    for (int x = threadIdx.x; x < (k.n + 31) / 32; x += blockDim.x) arr.seen[x] = 0u;
+    __syncthreads();
+}
+
+#ifndef SDMP1_LB_PREFETCH
+#define SDMP1_LB_PREFETCH 1
+#endif
+
+// Chunk c's payload row, values, gates and upstream records (read by sorted row, gathered) are
+// brought into L2 while the block works on its current chunk.
+__device__ __forceinline__ void prefetch_backward_chunk(const BackwardArgs& b, int64_t c) {
+    const KernelShape& s = b.k.s;
+    if (SDMP1_LB_PREFETCH == 0 || c >= s.N) return;
+    const size_t value_size = s.bf16 ? 2 : 4, nk = static_cast<size_t>(s.C) * s.W, nq = static_cast<size_t>(s.C) * s.R;
+    const UpstreamGrads& up = b.up;
+    prefetch_l2(b.payload + c * b.row, 4 * (nk + nq));
+    prefetch_l2(static_cast<const char*>(b.k.k_val) + c * nk * value_size, nk * value_size);
+    prefetch_l2(static_cast<const char*>(b.k.q_val) + c * nq * value_size, nq * value_size);
+    prefetch_l2(b.k.g + c * s.C * s.gate_width, static_cast<size_t>(s.C) * s.gate_width * 4);
+    const struct {
+        const void* p;
+        size_t bytes;   // a chunk's
+    } fields[] = {{up.krec, nk * 8}, {up.kspa, nk * 4}, {up.qrec, nq * 4}, {up.qrec8, nq * 4}};
+    for (const auto& f : fields) {
+        if (f.p != nullptr) prefetch_l2(static_cast<const char*>(f.p) + c * f.bytes, f.bytes);
+    }
+}
+
+// The payload row checked and decoded, a warp four blocks of 32 positions at a time (their
+// words loaded first): each valid entry's position, the head and write bits of every position.
+__device__ __forceinline__ void decode_payload(const KernelShape& s, const LbChunk& k, const LbArrays& arr,
+                                               LbShared& sh) {
+    constexpr int kBlocks = 4;
+    const int W = s.W, R = s.R, WR = W + R;
+    const int words = (k.n + 31) / 32;
+    bool bad = false;
+    for (int w0 = kBlocks * warp_id(); w0 < words; w0 += kBlocks * warp_count()) {
+        uint32_t p[kBlocks];
+#pragma unroll
+        for (int j = 0; j < kBlocks; ++j) {
+            const int r = 32 * (w0 + j) + lane_id();
+            p[j] = r < k.n ? k.row[r] : kTailPayload;
+        }
+#pragma unroll
+        for (int j = 0; j < kBlocks; ++j) {
+            const int r = 32 * (w0 + j) + lane_id();
+            const LbEntry x = entry_of_word(p[j]);
+            const bool padding = (p[j] & kInvalid) != 0u;
+            if (r < k.n) {
+                bool ok = x.t < s.C && x.lane < (x.is_q ? R : W) && padding == (x.t >= k.t_valid) &&
+                          !(padding && r < k.nv) && !(r == 0 && !padding && !(p[j] & kHead));
+                if (ok) {
+                    const int e = x.t * WR + (x.is_q ? W + x.lane : x.lane);
+                    const uint32_t bit = 1u << (e & 31);
+                    if (atomicOr(&arr.seen[e >> 5], bit) & bit) ok = false;   // named twice
+                    if (!padding) arr.position[e] = static_cast<uint16_t>(r);
+                }
+                bad |= !ok;
+            }
+            // positions past the row count as heads of padding
+            const uint32_t heads = __ballot_sync(kFullWarp, padding || (p[j] & kHead) != 0u);
+            const uint32_t writes = __ballot_sync(kFullWarp, r < k.n && !x.is_q);
+            if (lane_id() == 0 && w0 + j < words) {
+                arr.heads[w0 + j] = heads;
+                arr.writes[w0 + j] = writes;
+            }
+        }
+    }
+    if (__any_sync(kFullWarp, bad) && lane_id() == 0) sh.bad = 1u;
+}
+
+// The valid tokens' gates checked, their lowest and highest bits gathered (log_shift), and
+// with per-token gates tabled in fixed point and as exps.
+template <bool PerWrite>
+__device__ __forceinline__ void load_gates(const KernelArgs& a, const LbChunk& k, const LbArrays& arr, LbShared& sh) {
+    const KernelShape& s = a.s;
+    const int gw = PerWrite ? s.W : 1;
+    const int gates = (PerWrite ? k.t_valid : s.C) * gw;
+    const float* const g = a.g + k.c * s.C * gw;
+    int lowest = 128, bits = 0;
+    bool bad = false;
+    for (int x = threadIdx.x; x < gates; x += blockDim.x) {
+        const int t = PerWrite ? x / gw : x;
+        Fix f = fix_zero();
+        if (t < k.t_valid && !gate_to_fix(g[x], &f)) {
+            bad = true;
+            f = fix_zero();
+        }
+        if (!fix_is_zero(f)) {
+            lowest = min(lowest, fix_lowest_bit(f));
+            bits = max(bits, fix_magnitude_bits(f));
+        }
+        if (!PerWrite) {
+            arr.gate_fix[t] = f;
+            arr.gate_exp[t] = exp_fix(f);
+        }
+    }
+    lowest = __reduce_min_sync(kFullWarp, lowest);
+    bits = __reduce_max_sync(kFullWarp, bits);
+    if (lane_id() == 0) {
+        if (bits != 0) {
+            atomicMin(&sh.gate_lowest_bit, lowest);
+            atomicMax(&sh.gate_bits, bits);
+        }
+    }
+    if (__any_sync(kFullWarp, bad) && lane_id() == 0) sh.bad = 1u;
+}
+
+// After a barrier: the write entries before each block of 32 positions (one warp), and the
+// groups of several entries found (every warp, a block of positions a warp at a time): the
+// hot ones (more than kSmallGroup entries) listed, the small ones counted by size class; one
+// of more than hot_max entries sends the chunk to the general backward.
+__device__ __forceinline__ void list_groups(const LeanBackwardLayout& l, const LbChunk& k, const LbArrays& arr,
+                                            LbShared& sh) {
+    const int words = (k.n + 31) / 32;
+    if (warp_id() == 0) {
+        uint32_t carry = 0;
+        for (int w0 = 0; w0 < words; w0 += 32) {
+            const int w = w0 + lane_id();
+            const uint32_t x = w < words ? __popc(arr.writes[w]) : 0u;
+            uint32_t incl = x;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
+                if (lane_id() >= d) incl += lower;
+            }
+            if (w < words) arr.writes_before[w] = carry + incl - x;
+            carry += __shfl_sync(kFullWarp, incl, 31);
+        }
+    }
+    bool over = false;
+    for (int w = warp_id(); w < (k.nv + 31) / 32; w += warp_count()) {
+        const int r = 32 * w + lane_id(), m = group_at(arr, k, r);
+        if (m == 0) continue;
+        if (m <= kSmallGroup) {
+            atomicAdd(&sh.small_class[small_class(m)], 1u);
+        } else if (m <= l.hot_max) {
+            arr.hot_list[atomicAdd(&sh.hot_count, 1u)] = static_cast<uint32_t>(r) | static_cast<uint32_t>(m) << 16;
+        } else {
+            over = true;
+        }
+    }
+    if (__any_sync(kFullWarp, over) && lane_id() == 0) sh.bad = 1u;
+}
+
+// After list_groups and a barrier: the small groups listed, the classes in order of size
+// (each thread turns the counts into the classes' first places; the groups of a class take
+// places after them by an atomic count, which now starts from the class's first place).
+__device__ __forceinline__ void list_small_groups(const LbChunk& k, const LbArrays& arr, LbShared& sh) {
+    uint32_t first = 0, total = 0;   // thread c < kSmallClasses: class c's first place
+#pragma unroll
+    for (int c = 0; c < kSmallClasses; ++c) {
+        if (c < static_cast<int>(threadIdx.x)) first += sh.small_class[c];
+        total += sh.small_class[c];
+    }
+    __syncthreads();   // every thread has read the counts before they are reused
+    if (threadIdx.x < kSmallClasses) sh.small_class[threadIdx.x] = first;
+    if (threadIdx.x == 0) sh.small_count = total;
+    __syncthreads();
+    for (int w = warp_id(); w < (k.nv + 31) / 32; w += warp_count()) {
+        const int r = 32 * w + lane_id(), m = group_at(arr, k, r);
+        if (m == 0 || m > kSmallGroup) continue;
+        arr.small_list[atomicAdd(&sh.small_class[small_class(m)], 1u)] =
+            static_cast<uint32_t>(r) | static_cast<uint32_t>(m) << 16;
+    }
+}
+
+}   // namespace lbwd
+}   // namespace cuda
+}   // namespace sdm_p1
+
+#endif   // SDM_P1_KERNELS_BACKWARD_LEAN_LB_FRONT_CUH
