@@ -941,6 +941,75 @@ inline CaseList lean_cases(const ListOptions& o) {
     return seeded(thin(c, o, 3), "lean", o);
 }
 
+// Chunks at the lean backward's limits (kernels/backward/lean/): a group of kSmallGroup = 32
+// entries (a lane each, in a warp batch) and of 33 (a hot group, a warp's), a hot group of
+// hot_max entries (max(64, 2 C) rounded up to 32: 64 at C = 16, 128 at C = 64) and of one more
+// (its chunk goes to the general backward, beside the lean backward's odd chunks), hot groups
+// of writes and reads (the first 32 tokens write the same 32 slots and each reads one: groups
+// of 33; 31 tokens: 32), skewed chunks with many hot groups, per-write gates, non-finite
+// values and gates, bfloat16 and per-stream lengths.
+inline CaseList lean_backward_cases(const ListOptions& o) {
+    const int64_t big = 1 << 17;
+    CaseList c = {
+        spec("group-32-small", 4, 16, 8, 8, big).lean_chunks(Lean::Group, 32).gate_kind(Gates::Logsigmoid),
+        spec("group-33-hot", 4, 16, 8, 8, big).lean_chunks(Lean::Group, 33).gate_kind(Gates::Logsigmoid).bfloat16(),
+        spec("group-64-hot-max", 4, 16, 8, 8, big).lean_chunks(Lean::Group, 64).gate_kind(Gates::Normal),
+        spec("group-65-general", 4, 16, 8, 8, big)
+            .lean_chunks(Lean::Group, 65)
+            .gate_kind(Gates::Normal)
+            .value_kind(Values::Mixed),
+        spec("group-128-hot-max-C64", 2, 64, 32, 32, big).lean_chunks(Lean::Group, 128).gate_kind(Gates::Logsigmoid),
+        spec("group-129-general-C64", 2, 64, 32, 32, big)
+            .lean_chunks(Lean::Group, 129)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
+        spec("group-40-write-gates", 4, 16, 8, 8, big)
+            .gates_per_write()
+            .lean_chunks(Lean::Group, 40)
+            .gate_kind(Gates::Signed),
+        spec("group-40-nonfinite", 4, 16, 8, 8, big)
+            .lean_chunks(Lean::Group, 40)
+            .value_kind(Values::NonFinite)
+            .gate_kind(Gates::Subnormal),
+        spec("shared-31-groups-32", 2, 64, 32, 32, big).lean_chunks(Lean::Shared, 31).gate_kind(Gates::Normal),
+        spec("shared-32-groups-33", 2, 64, 32, 32, big)
+            .lean_chunks(Lean::Shared, 32)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
+        spec("S8-zipf1.1-reduced", 2, 128, 64, 64, 262144)
+            .streams(2)
+            .skewed(1.1)
+            .bfloat16()
+            .gate_kind(Gates::Logsigmoid),
+        spec("S8-zipf1.5-reduced", 2, 128, 64, 64, 262144)
+            .streams(2)
+            .skewed(1.5)
+            .bfloat16()
+            .gate_kind(Gates::Logsigmoid),
+        spec("S7-zipf1.3-write-gates", 4, 64, 32, 32, 65536)
+            .streams(2)
+            .skewed(1.3)
+            .gates_per_write()
+            .gate_kind(Gates::Normal)
+            .value_kind(Values::Mixed),
+        spec("S4-keys1024", 4, 64, 32, 32, 1024).key_mode(Keys::Distinct).gate_kind(Gates::Logsigmoid).bfloat16(),
+        spec("recent-reads-C128", 2, 128, 32, 32, 4096)
+            .key_mode(Keys::Distinct)
+            .read_mode(Reads::Recent)
+            .gate_kind(Gates::Normal),
+        spec("wide-chunks-skewed", 6, 64, 32, 32, 65536).skewed(1.1).gate_kind(Gates::MixedChunks),
+    };
+    Rng rng(mix_seed(o.seed, name_seed("lean-backward-lengths")));
+    CaseSpec lengths = spec("skewed-lengths", 12, 64, 32, 32, 65536)
+                           .streams(4, 65536)
+                           .skewed(1.2)
+                           .gate_kind(Gates::Logsigmoid)
+                           .bfloat16();
+    c.push_back(
+        lengths.stream_lengths(stream_lengths(Lengths::Mixed, lengths.P, lengths.steps(), lengths.C, rng), true));
+    return seeded(thin(c, o, 2), "lean-backward", o);
+}
+
 // Chunks for the spread path (kernels/spread/): hot chunks on the pair sums' warp path in a plan
 // of more chunks than two a main block (it has no slots: every chunk summed in place, whatever
 // the threshold), S8's shape at reduced N (its chunks pass the default threshold), a chunk on

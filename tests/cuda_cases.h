@@ -100,8 +100,12 @@ enum class Values { Normal, Mixed, One, Wide, NonFinite };
 //   Repeats: every token writes its lane-0 slot again on lane 1 (a repeat) and its lane-2
 //     slot is the previous token's lane-0 slot; its first read reads its lane-0 slot;
 //   HotChunks: every third chunk (c % 3 == 1) has every token write the same W slots (a
-//     bucket past the limit: the general kernel's), the others distinct slots.
-enum class Lean { None, Crowd, Pairs, Shared, Repeats, HotChunks };
+//     bucket past the limit: the general kernel's), the others distinct slots;
+//   Group: the even chunks' first lean_param write entries (token by token, every lane, so
+//     a token repeats the slot) on one slot: a group of exactly lean_param entries (the lean
+//     backward's limits: kSmallGroup = 32 entries a lane each, hot_max a warp), the odd
+//     chunks distinct slots.
+enum class Lean { None, Crowd, Pairs, Shared, Repeats, HotChunks, Group };
 
 constexpr int64_t kRecordBits = SDM_P1_DET_KREC | SDM_P1_DET_QREC | SDM_P1_DET_QREC8;
 // What the Python binding asks for when beta is given and det_fields is not.
@@ -612,6 +616,11 @@ inline std::pair<std::vector<int64_t>, std::vector<int64_t>> lean_chunk(const Ca
                     const std::vector<int64_t> perm = distinct_sample(rng, 0, W, W);
                     for (int64_t lane = 0; lane < W; ++lane) k[at(t, lane)] = k[at(0, perm[static_cast<size_t>(lane)])];
                 }
+            }
+            break;
+        case Lean::Group:
+            if (c % 2 == 0) {
+                for (int64_t i = 1; i < std::min(s.lean_param, nk); ++i) k[static_cast<size_t>(i)] = k[0];
             }
             break;
         case Lean::None:

@@ -920,6 +920,26 @@ void run_backward_cases(Tally& t, const std::string& family, const CaseList& cas
     t.end();
 }
 
+// The lean backward's limits (lean_backward_cases), each case twice with the forward's
+// payload (the lean backward runs only with it): every upstream gradient and every input
+// gradient, then the case's rotating variant with the payload given.
+void run_lean_backward_cases(Tally& t, const std::string& family, const CaseList& cases, const Options& o,
+                             cudaStream_t stream) {
+    if (!o.only.empty() && o.only != family) return;
+    t.begin(family);
+    for (size_t i = 0; i < cases.size() && (o.limit == 0 || i < o.limit); ++i) {
+        CaseSpec s = cases[i];
+        BackwardSpec every;
+        every.seed = mix_seed(o.seed, i);
+        BackwardSpec rotating = rotating_backward(i, o.seed);
+        rotating.payload = true;
+        t.run(describe(s) + describe(every), [&] { return compare_backward(s, every, stream); });
+        s.grad_f32 = s.bf16 && i % 2 == 1;
+        t.run(describe(s) + describe(rotating), [&] { return compare_backward(s, rotating, stream); });
+    }
+    t.end();
+}
+
 // The largest chunks, without the one whose every id is on one slot (4.3 G pair terms, twice
 // over in the backward: minutes on the CPU backend).
 CaseList backward_largest_cases(const Options& o) {
@@ -945,6 +965,7 @@ void run_backward_families(Tally& t, const Options& o, cudaStream_t stream) {
     run_backward_cases(t, "bwd_bench_shapes", bench_shape_cases(o), o, stream);
     run_backward_cases(t, "bwd_lean", lean_cases(o), o, stream);
     run_backward_cases(t, "bwd_largest", backward_largest_cases(o), o, stream);
+    run_lean_backward_cases(t, "bwd_lean_limits", lean_backward_cases(o), o, stream);
 }
 
 CaseSpec backward_case(const std::string& name, uint64_t seed, bool bf16) {
