@@ -869,6 +869,210 @@ static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int var
     return failed;
 }
 
+/* ---- the backward (--backward) ---------------------------------------------------------- */
+
+/* One backward row: the forward (default det_fields) and the backward of a plan with
+ * backward = 1 on the same inputs, with the sdm_layer's upstream gradients (a, qk, rex, cpe,
+ * k_eff, q_w) or every differentiable output's, the payload given (the forward's) and NULL
+ * (sorted again); every input gradient written. */
+typedef struct BackwardRow {
+    Shape shape;
+    int every_upstream;
+    double fwd_ms, bwd_ms, bwd_sorted_ms;
+    size_t fwd_workspace, bwd_workspace;
+} BackwardRow;
+
+static const int kLayerUpstream[] = {SDM_P1_FIELD_A,   SDM_P1_FIELD_QK,    SDM_P1_FIELD_REX,
+                                     SDM_P1_FIELD_CPE, SDM_P1_FIELD_K_EFF, SDM_P1_FIELD_Q_W};
+static const int kEveryUpstream[] = {SDM_P1_FIELD_A,    SDM_P1_FIELD_QK,   SDM_P1_FIELD_LOG_K, SDM_P1_FIELD_LOG_Q,
+                                     SDM_P1_FIELD_REX,  SDM_P1_FIELD_CPE,  SDM_P1_FIELD_K_EFF, SDM_P1_FIELD_Q_W,
+                                     SDM_P1_FIELD_KREC, SDM_P1_FIELD_KSPA, SDM_P1_FIELD_QREC,  SDM_P1_FIELD_QREC8};
+
+/* Elements of field f's upstream gradient, and whether it is of the value dtype. */
+static int64_t upstream_elements(const Shape* s, int f, int* value_typed) {
+    const int64_t N = s->N, C = s->C, W = s->W, R = s->R;
+    *value_typed = f == SDM_P1_FIELD_CPE || f == SDM_P1_FIELD_K_EFF || f == SDM_P1_FIELD_Q_W;
+    switch (f) {
+        case SDM_P1_FIELD_A:
+        case SDM_P1_FIELD_QK:
+            return N * C * C;
+        case SDM_P1_FIELD_LOG_Q:
+        case SDM_P1_FIELD_Q_W:
+        case SDM_P1_FIELD_QREC:
+        case SDM_P1_FIELD_QREC8:
+            return N * C * R;
+        case SDM_P1_FIELD_KREC:
+            return 2 * N * C * W;
+        default:
+            return N * C * W;
+    }
+}
+
+/* A device buffer of `count` values uniform in [-1, 1), as bf16 or f32. */
+static void* random_device_values(int64_t count, int bf16, uint64_t seed) {
+    const size_t size = bf16 ? 2 : 4;
+    void* host = malloc((size_t)count * size);
+    void* dev;
+    int64_t i;
+    if (host == NULL) out_of_memory();
+    for (i = 0; i < count; ++i) {
+        const float v = (float)(2.0 * uniform01(&seed) - 1.0);
+        if (bf16) ((uint16_t*)host)[i] = bf16_bits(v);
+        else ((float*)host)[i] = v;
+    }
+    dev = upload(host, (size_t)count * size);
+    free(host);
+    return dev;
+}
+
+/* One execute (backward = 0: payload, grads and out unused) or backward, timed by CUDA events
+ * around it on `stream`: ms. */
+static double time_call(sdm_p1_plan* plan, int backward, const sdm_p1_inputs* in, const int32_t* payload,
+                        const void* const* grads, const sdm_p1_input_grads* out, cudaStream_t stream, cudaEvent_t e0,
+                        cudaEvent_t e1) {
+    float t;
+    CUDA_OK(cudaEventRecord(e0, stream));
+    if (backward) {
+        sdm_ok(sdm_p1_execute_backward(plan, in, payload, grads, SDM_P1_FIELD_COUNT, out, stream), "backward");
+    } else {
+        sdm_ok(sdm_p1_execute(plan, in, NULL, 0, stream), "execute");
+    }
+    CUDA_OK(cudaEventRecord(e1, stream));
+    CUDA_OK(cudaEventSynchronize(e1));
+    CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+    return t;
+}
+
+/* Median ms of `reps` calls after 3 warm-ups; where the first warm-up takes over 100 ms (the
+ * worst cases' backward), after that one alone and of at most 3 calls. */
+static double time_calls(sdm_p1_plan* plan, int backward, const sdm_p1_inputs* in, const int32_t* payload,
+                         const void* const* grads, const sdm_p1_input_grads* out, int reps, cudaStream_t stream) {
+    cudaEvent_t e0, e1;
+    double* ms = malloc((size_t)reps * sizeof *ms);
+    double median;
+    int i;
+    if (ms == NULL) out_of_memory();
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    if (time_call(plan, backward, in, payload, grads, out, stream, e0, e1) > 100.0) {
+        if (reps > 3) reps = 3;
+    } else {
+        for (i = 0; i < 2; ++i) time_call(plan, backward, in, payload, grads, out, stream, e0, e1);
+    }
+    for (i = 0; i < reps; ++i) ms[i] = time_call(plan, backward, in, payload, grads, out, stream, e0, e1);
+    sdm_ok(sdm_p1_execute_status(plan), backward ? "the backward's data check" : "the forward's data check");
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
+    median = median_of(ms, reps);
+    free(ms);
+    return median;
+}
+
+static void time_backward(const Shape* s, const DeviceInputs* dev, int reps, cudaStream_t stream, BackwardRow* rows) {
+    sdm_p1_desc d = shape_desc(s, SDM_P1_BACKEND_CUDA, SDM_P1_UNSET, 0);
+    sdm_p1_plan *fwd = NULL, *bwd = NULL;
+    sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
+    sdm_p1_input_grads out = SDM_P1_INPUT_GRADS_INITIALIZER;
+    sdm_p1_tensor views[SDM_P1_FIELD_COUNT];
+    void* upstream[SDM_P1_FIELD_COUNT];
+    const void* grads[SDM_P1_FIELD_COUNT];
+    const int64_t tokens = s->N * s->C, gw = s->per_write ? s->W : 1;
+    const size_t vsz = s->bf16 ? 2 : 4;
+    size_t i;
+    int every, f;
+    in.k_idx = dev->k_idx;
+    in.q_idx = dev->q_idx;
+    in.k_val = dev->k_val;
+    in.q_val = dev->q_val;
+    in.g = (const float*)dev->g;
+    in.beta = (const float*)dev->beta;
+    sdm_ok(sdm_p1_plan_create(&fwd, &d), s->name);
+    d.backward = 1;
+    sdm_ok(sdm_p1_plan_create(&bwd, &d), s->name);
+    memset(upstream, 0, sizeof upstream);
+    for (i = 0; i < sizeof kEveryUpstream / sizeof kEveryUpstream[0]; ++i) {
+        int value_typed;
+        const int64_t count = upstream_elements(s, kEveryUpstream[i], &value_typed);
+        upstream[kEveryUpstream[i]] = random_device_values(count, value_typed && s->bf16, 1000 + i);
+    }
+    CUDA_OK(cudaMalloc(&out.k_val, (size_t)(tokens * s->W) * vsz));
+    CUDA_OK(cudaMalloc(&out.q_val, (size_t)(tokens * s->R) * vsz));
+    CUDA_OK(cudaMalloc((void**)&out.g, (size_t)(tokens * gw) * 4));
+    CUDA_OK(cudaMalloc((void**)&out.beta, (size_t)tokens * 4));
+    sdm_ok(sdm_p1_outputs(bwd, views, SDM_P1_FIELD_COUNT), "outputs");
+    for (every = 0; every <= 1; ++every) {
+        BackwardRow* r = &rows[every];
+        memset(grads, 0, sizeof grads);
+        if (every) {
+            for (i = 0; i < sizeof kEveryUpstream / sizeof kEveryUpstream[0]; ++i) {
+                f = kEveryUpstream[i];
+                grads[f] = upstream[f];
+            }
+        } else {
+            for (i = 0; i < sizeof kLayerUpstream / sizeof kLayerUpstream[0]; ++i) {
+                f = kLayerUpstream[i];
+                grads[f] = upstream[f];
+            }
+        }
+        memset(r, 0, sizeof *r);
+        r->shape = *s;
+        r->every_upstream = every;
+        r->fwd_ms = time_calls(fwd, 0, &in, NULL, NULL, NULL, reps, stream);
+        sdm_ok(sdm_p1_execute(bwd, &in, NULL, 0, stream), "the backward plan's forward");
+        r->bwd_ms =
+            time_calls(bwd, 1, &in, (const int32_t*)views[SDM_P1_FIELD_PAYLOAD].data, grads, &out, reps, stream);
+        r->bwd_sorted_ms = time_calls(bwd, 1, &in, NULL, grads, &out, reps, stream);
+        sdm_ok(sdm_p1_workspace_size(fwd, &r->fwd_workspace), "workspace_size");
+        sdm_ok(sdm_p1_workspace_size(bwd, &r->bwd_workspace), "workspace_size");
+    }
+    for (f = 0; f < SDM_P1_FIELD_COUNT; ++f) {
+        if (upstream[f] != NULL) CUDA_OK(cudaFree(upstream[f]));
+    }
+    CUDA_OK(cudaFree(out.k_val));
+    CUDA_OK(cudaFree(out.q_val));
+    CUDA_OK(cudaFree(out.g));
+    CUDA_OK(cudaFree(out.beta));
+    sdm_p1_plan_destroy(fwd);
+    sdm_p1_plan_destroy(bwd);
+}
+
+static void print_backward_row(const BackwardRow* r) {
+    printf("%-7s %-6s %9.4f %9.4f %7.2f %9.4f %7.2f %9.1f %9.1f %6.2f\n", r->shape.name,
+           r->every_upstream ? "every" : "layer", r->fwd_ms, r->bwd_ms, r->bwd_ms / r->fwd_ms, r->bwd_sorted_ms,
+           r->bwd_sorted_ms / r->fwd_ms, (double)r->fwd_workspace / 1e6, (double)r->bwd_workspace / 1e6,
+           (double)r->bwd_workspace / (double)r->fwd_workspace);
+}
+
+/* The backward rows of every shape (bf16 or f32 as the shape; default det_fields). */
+static int run_cuda_backward(const Shape* shapes, int count, int reps) {
+    struct cudaDeviceProp prop;
+    cudaStream_t stream;
+    int i, device = 0;
+    CUDA_OK(cudaGetDevice(&device));
+    CUDA_OK(cudaGetDeviceProperties(&prop, device));
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    printf("device %d: %s; libsdmp1 %s; the backward, %d timed runs per column (CUDA events, median)\n", device,
+           prop.name, sdm_p1_version_string(), reps);
+    printf("upstream: layer = a, qk, rex, cpe, k_eff, q_w (the sdm_layer's); every = all 12 differentiable outputs\n");
+    printf("%-7s %-6s %9s %9s %7s %9s %7s %9s %9s %6s\n", "shape", "up", "fwd_ms", "bwd_ms", "ratio", "sorted_ms",
+           "ratio", "fwd_MB", "bwd_MB", "ws_x");
+    for (i = 0; i < count; ++i) {
+        HostInputs host;
+        DeviceInputs dev;
+        BackwardRow rows[2];
+        if (make_inputs(&shapes[i], &host) != 0) exit(1);
+        dev = upload_inputs(&host);
+        time_backward(&shapes[i], &dev, reps, stream, rows);
+        print_backward_row(&rows[0]);
+        print_backward_row(&rows[1]);
+        fflush(stdout);
+        free_device_inputs(&dev);
+        free_inputs(&host);
+    }
+    CUDA_OK(cudaStreamDestroy(stream));
+    return 0;
+}
+
 #endif /* SDMP1_BENCH_CUDA */
 
 /* ---- main ------------------------------------------------------------------------------ */
@@ -877,7 +1081,7 @@ static void print_usage(FILE* f, const char* argv0) {
     int k;
     fprintf(f,
             "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep] [--varlen] "
-            "[SHAPE ...]\n       %s --help\nSHAPE: ",
+            "[--backward] [SHAPE ...]\n       %s --help\nSHAPE: ",
             argv0, argv0);
     for (k = 0; k < kShapeCount; ++k) fprintf(f, "%s | ", kShapes[k].name);
     fputs("N,C,W,R,num_keys[,streams]\n", f);
@@ -904,6 +1108,10 @@ static int help(const char* argv0) {
         "                      the copy bandwidth and repeats (bench/results/README.md)\n"
         "  --sweep             CUDA: also S1 at N = 1024 .. 16384\n"
         "  --varlen            CUDA: also a row per shape with the odd streams at half length\n"
+        "  --backward          CUDA: the backward instead: per shape, the forward's time, the\n"
+        "                      backward's with the forward's payload and sorted again, their\n"
+        "                      ratios and both plans' workspace, with the sdm_layer's upstream\n"
+        "                      gradients and with every one\n"
         "\n"
         "Shapes (docs/design.md): S1 .. S7; S8 = S6's configuration with S7's Zipf 1.1 ids;\n"
         "S7z0.8, S7z1.5, S8z0.8, S8z1.5 = S7 and S8 with Zipf exponent 0.8 or 1.5; the worst\n"
@@ -915,7 +1123,7 @@ static int help(const char* argv0) {
 
 int main(int argc, char** argv) {
     Shape shapes[64];
-    int count = 0, cuda = 0, reps = 0, threads = 0, sweep = 0, varlen = 0, i;
+    int count = 0, cuda = 0, reps = 0, threads = 0, sweep = 0, varlen = 0, backward = 0, i;
     const char* json = NULL;
     for (i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -934,6 +1142,8 @@ int main(int argc, char** argv) {
             sweep = 1;
         } else if (!strcmp(argv[i], "--varlen")) {
             varlen = 1;
+        } else if (!strcmp(argv[i], "--backward")) {
+            backward = 1;
         } else if (count < 64 && parse_shape(argv[i], &shapes[count])) {
             ++count;
         } else {
@@ -943,7 +1153,13 @@ int main(int argc, char** argv) {
     if (cuda) {
 #ifdef SDMP1_BENCH_CUDA
         setenv("SDMP1_LOG", "1", 0); /* which kernel each plan runs, on stderr */
-        if (count == 0) {            /* the canonical shapes, two worst cases and the N sweep */
+        if (backward) {
+            if (count == 0) {
+                for (count = 0; count < kDefaultShapes; ++count) shapes[count] = kShapes[count];
+            }
+            return run_cuda_backward(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps);
+        }
+        if (count == 0) { /* the canonical shapes, two worst cases and the N sweep */
             for (count = 0; count < kDefaultShapes; ++count) shapes[count] = kShapes[count];
             sweep = 1;
         }
@@ -953,8 +1169,8 @@ int main(int argc, char** argv) {
         return 2;
 #endif
     }
-    if (sweep || varlen) {
-        fprintf(stderr, "%s: --sweep and --varlen are for --backend cuda\n", argv[0]);
+    if (sweep || varlen || backward) {
+        fprintf(stderr, "%s: --sweep, --varlen and --backward are for --backend cuda\n", argv[0]);
         return 2;
     }
     if (count == 0) {
