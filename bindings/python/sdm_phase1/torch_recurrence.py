@@ -165,6 +165,13 @@ def sdm_layer(k_idx: torch.Tensor, q_idx: torch.Tensor, k_val: torch.Tensor, q_v
     float32, v [N, C, D] and memory [num_parallel, num_keys, D], float32 or float64 (the
     recurrence's dtype). See the module's docstring for the limits: a reference Phase 2, not
     a fast kernel; ``torch.use_deterministic_algorithms(True)`` for repeatable bits on CUDA.
+
+    Raises (before anything runs, :func:`check_layer_tensors` and
+    ``_core.layer_args.check_layer_shapes``): TypeError for an argument that is not a tensor
+    (beta None included: it has no default); ValueError for a tensor on another device than
+    k_idx's (or k_idx on one the library does not compute on, such as meta), a v of another
+    dtype than float32 or float64, memory of another dtype than v's, or beta, v, memory of
+    other shapes than [N, C], [N, C, D], [num_parallel, num_keys, D]; then Phase 1's errors.
     """
     check_layer_tensors(k_idx, q_idx, k_val, q_val, g, beta, v, memory, stream_lengths)
     N, C = k_idx.shape[0], k_idx.shape[1]
