@@ -2,7 +2,7 @@
 # libsdmp1's one entry point for a fresh machine:
 #   ./run.sh main    install what is missing, build, run the examples on the CPU backend (C,
 #                    NumPy, sequences of different lengths, the SDM layer, training a tiny model
-#                    with it in PyTorch, Rust)
+#                    with it in PyTorch, on one process and on two with DDP, Rust)
 #   ./run.sh test    install what is missing, build, run every test (C/C++ and the documentation
 #                    checks, Python against the installed wheel, Rust), lint, and the examples
 #   ./run.sh build   install what is missing and build only
@@ -153,6 +153,9 @@ run_examples() {
     python_example sdm_layer.py
     step "example: examples/train_sdm_layer.py, training a tiny model with an SDM layer (PyTorch autograd)"
     python_example train_sdm_layer.py
+    step "example: examples/train_ddp.py, the same model trained by two processes (torchrun, DistributedDataParallel)"
+    SDMP1_LIBRARY="$build/libsdmp1.so" PYTHONPATH="$root/bindings/python" OMP_NUM_THREADS=1 \
+        "$python" -m torch.distributed.run --standalone --nproc_per_node=2 "$root/examples/train_ddp.py"
     step "example: examples/phase1_rust.rs through the Rust crate sdm-phase1"
     rust_cargo run --offline --quiet --example phase1_rust
 }
