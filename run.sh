@@ -100,19 +100,30 @@ install_python_test_packages() {
     fi
 }
 
-# PyTorch, for the training example (examples/train_sdm_layer.py) and the PyTorch tests, into
-# the environment of the Python $1 where it cannot import torch (a torch already there, e.g. a
-# CUDA build, is kept): the CPU wheel (about 200 MB, where the CUDA wheels take GBs). Where
-# PyTorch's index cannot be reached, PyPI's torch (with its CUDA libraries) instead.
+# PyTorch, for the training examples (examples/train_sdm_layer.py, train_ddp.py) and the
+# PyTorch tests, into the environment of the Python $1 where it cannot import torch (a torch
+# already there, e.g. a CUDA build, is kept): the CPU wheel (about 200 MB, where the CUDA wheels
+# take GBs). Where PyTorch's index cannot be reached, PyPI's torch (with its CUDA libraries)
+# instead. The first try's output goes to a log, shown where it succeeds and where the fallback
+# fails too: pip's ERROR lines of a try that the fallback repairs would read as a failure.
 install_torch() {
     "$1" -c 'import torch' 2>/dev/null && return 0
     step "installing PyTorch (the CPU wheel) for $1"
-    local t0=$SECONDS
-    if ! "$1" -m pip install --quiet --disable-pip-version-check --retries 0 --timeout 15 torch \
-        --index-url https://download.pytorch.org/whl/cpu; then
-        echo "run.sh: download.pytorch.org/whl/cpu failed; installing torch from PyPI instead" >&2
-        "$1" -m pip install --quiet --disable-pip-version-check torch
+    local t0=$SECONDS log
+    log=$(mktemp)
+    if "$1" -m pip install --quiet --disable-pip-version-check --retries 0 --timeout 15 torch \
+        --index-url https://download.pytorch.org/whl/cpu >"$log" 2>&1; then
+        cat "$log"
+    else
+        echo "run.sh: no torch from download.pytorch.org/whl/cpu ($(grep -m 1 -o 'No matching.*\|Could not.*' "$log" || echo "pip failed")); installing torch from PyPI instead"
+        if ! "$1" -m pip install --quiet --disable-pip-version-check torch; then
+            echo "run.sh: PyPI's torch failed too (above); the first try, from download.pytorch.org/whl/cpu:" >&2
+            cat "$log" >&2
+            rm -f "$log"
+            exit 1
+        fi
     fi
+    rm -f "$log"
     echo "torch: installed in $((SECONDS - t0)) s"
 }
 
