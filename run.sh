@@ -185,18 +185,22 @@ rust_cargo() {
 }
 
 # The Rust crates: tests (with the check that the committed bindings are what bindgen makes
-# of the header, so the bindgen CLI is installed where missing), clippy and rustfmt.
+# of the header, so the bindgen CLI is installed where missing; readme_program.rs builds the
+# README's crate outside the workspace), clippy and rustfmt; the raw crate's tests again with
+# the `shared` feature (libsdmp1.so; the default links libsdmp1.a).
 rust_tests() {
     command -v bindgen >/dev/null 2>&1 || apt_install bindgen
     step "Rust tests (cargo test), clippy and rustfmt in bindings/rust"
     rust_cargo test --offline | tee -a "$suite_log"
+    step "Rust: sdm-phase1-sys's tests linking libsdmp1.so (the shared feature)"
+    rust_cargo test --offline -p sdm-phase1-sys --features shared | tee -a "$suite_log"
     rust_cargo clippy --offline --all-targets -- -D warnings
     rust_cargo fmt --check
     rust_static_tests
 }
 
-# The `static` feature from a crate outside the workspace, as a user's: its program links
-# libsdmp1.a and runs with no library path set.
+# The `static` feature named by a crate outside the workspace, as a user's: its program links
+# libsdmp1.a (the default too) and runs with no library path set.
 rust_static_tests() {
     step "Rust: a program linked with libsdmp1.a (bindings/rust/tests/static-link)"
     (cd "$root/bindings/rust/tests/static-link" &&
