@@ -45,6 +45,9 @@ fn main() {
         "cargo:warning=libsdmp1: linking {} ({how})",
         dir.join(file).display()
     );
+    // A rebuilt library relinks the programs: an archive linked in would otherwise stay as it
+    // was when they were built.
+    println!("cargo:rerun-if-changed={}", dir.join(file).display());
     println!("cargo:rustc-link-search=native={}", dir.display());
     println!("cargo:lib_dir={}", dir.display());
     if linking_static {
