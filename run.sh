@@ -2,7 +2,7 @@
 # libsdmp1's one entry point for a fresh machine:
 #   ./run.sh main    install what is missing, build, run the examples on the CPU backend (C,
 #                    NumPy, sequences of different lengths, the SDM layer, training a tiny model
-#                    with it in PyTorch, Rust)
+#                    with it in PyTorch, on one process and on two with DDP, Rust)
 #   ./run.sh test    install what is missing, build, run every test (C/C++ and the documentation
 #                    checks, Python against the installed wheel, Rust), lint, and the examples
 #   ./run.sh build   install what is missing and build only
@@ -100,19 +100,30 @@ install_python_test_packages() {
     fi
 }
 
-# PyTorch, for the training example (examples/train_sdm_layer.py) and the PyTorch tests, into
-# the environment of the Python $1 where it cannot import torch (a torch already there, e.g. a
-# CUDA build, is kept): the CPU wheel (about 200 MB, where the CUDA wheels take GBs). Where
-# PyTorch's index cannot be reached, PyPI's torch (with its CUDA libraries) instead.
+# PyTorch, for the training examples (examples/train_sdm_layer.py, train_ddp.py) and the
+# PyTorch tests, into the environment of the Python $1 where it cannot import torch (a torch
+# already there, e.g. a CUDA build, is kept): the CPU wheel (about 200 MB, where the CUDA wheels
+# take GBs). Where PyTorch's index cannot be reached, PyPI's torch (with its CUDA libraries)
+# instead. The first try's output goes to a log, shown where it succeeds and where the fallback
+# fails too: pip's ERROR lines of a try that the fallback repairs would read as a failure.
 install_torch() {
     "$1" -c 'import torch' 2>/dev/null && return 0
     step "installing PyTorch (the CPU wheel) for $1"
-    local t0=$SECONDS
-    if ! "$1" -m pip install --quiet --disable-pip-version-check --retries 0 --timeout 15 torch \
-        --index-url https://download.pytorch.org/whl/cpu; then
-        echo "run.sh: download.pytorch.org/whl/cpu failed; installing torch from PyPI instead" >&2
-        "$1" -m pip install --quiet --disable-pip-version-check torch
+    local t0=$SECONDS log
+    log=$(mktemp)
+    if "$1" -m pip install --quiet --disable-pip-version-check --retries 0 --timeout 15 torch \
+        --index-url https://download.pytorch.org/whl/cpu >"$log" 2>&1; then
+        cat "$log"
+    else
+        echo "run.sh: no torch from download.pytorch.org/whl/cpu ($(grep -m 1 -o 'No matching.*\|Could not.*' "$log" || echo "pip failed")); installing torch from PyPI instead"
+        if ! "$1" -m pip install --quiet --disable-pip-version-check torch; then
+            echo "run.sh: PyPI's torch failed too (above); the first try, from download.pytorch.org/whl/cpu:" >&2
+            cat "$log" >&2
+            rm -f "$log"
+            exit 1
+        fi
     fi
+    rm -f "$log"
     echo "torch: installed in $((SECONDS - t0)) s"
 }
 
@@ -153,6 +164,9 @@ run_examples() {
     python_example sdm_layer.py
     step "example: examples/train_sdm_layer.py, training a tiny model with an SDM layer (PyTorch autograd)"
     python_example train_sdm_layer.py
+    step "example: examples/train_ddp.py, the same model trained by two processes (torchrun, DistributedDataParallel)"
+    SDMP1_LIBRARY="$build/libsdmp1.so" PYTHONPATH="$root/bindings/python" OMP_NUM_THREADS=1 \
+        "$python" -m torch.distributed.run --standalone --nproc_per_node=2 "$root/examples/train_ddp.py"
     step "example: examples/phase1_rust.rs through the Rust crate sdm-phase1"
     rust_cargo run --offline --quiet --example phase1_rust
 }
@@ -171,18 +185,22 @@ rust_cargo() {
 }
 
 # The Rust crates: tests (with the check that the committed bindings are what bindgen makes
-# of the header, so the bindgen CLI is installed where missing), clippy and rustfmt.
+# of the header, so the bindgen CLI is installed where missing; readme_program.rs builds the
+# README's crate outside the workspace), clippy and rustfmt; the raw crate's tests again with
+# the `shared` feature (libsdmp1.so; the default links libsdmp1.a).
 rust_tests() {
     command -v bindgen >/dev/null 2>&1 || apt_install bindgen
     step "Rust tests (cargo test), clippy and rustfmt in bindings/rust"
     rust_cargo test --offline | tee -a "$suite_log"
+    step "Rust: sdm-phase1-sys's tests linking libsdmp1.so (the shared feature)"
+    rust_cargo test --offline -p sdm-phase1-sys --features shared | tee -a "$suite_log"
     rust_cargo clippy --offline --all-targets -- -D warnings
     rust_cargo fmt --check
     rust_static_tests
 }
 
-# The `static` feature from a crate outside the workspace, as a user's: its program links
-# libsdmp1.a and runs with no library path set.
+# The `static` feature named by a crate outside the workspace, as a user's: its program links
+# libsdmp1.a (the default too) and runs with no library path set.
 rust_static_tests() {
     step "Rust: a program linked with libsdmp1.a (bindings/rust/tests/static-link)"
     (cd "$root/bindings/rust/tests/static-link" &&

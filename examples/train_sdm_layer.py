@@ -50,7 +50,9 @@ class Model(nn.Module):
             self.gate.bias.fill_(4.0)   # log-gates near 0: the memory keeps what it holds
 
     def forward(self, keys, values, is_query):
-        """keys, values, is_query: [B, T]. Returns the value logits [B, T, VALUES]."""
+        """keys, values, is_query: [b, T] (any number b of sequences, e.g. a process's share
+        of the batch). Returns the value logits [b, T, VALUES]."""
+        b = keys.shape[0]
         x = self.key(keys) + torch.where(is_query[..., None], self.query, self.value(values))
         # Routing from the key alone, so a query reads the slots its key's write wrote. The
         # slots (ids) are not differentiable; the weights over them are.
@@ -61,25 +63,26 @@ class Model(nn.Module):
         g = nn.functional.logsigmoid(self.gate(x))              # [B, T, 1] per-token log-gate
         beta = torch.sigmoid(self.beta(x))[..., 0]
         v = self.to_v(x)
-        stream = torch.arange(B, device=keys.device)[:, None, None] * SLOTS  # stream b's slots
+        stream = torch.arange(b, device=keys.device)[:, None, None] * SLOTS  # sequence i's slots
         ids = (slots + stream).to(torch.int32)
         o, _ = p1.sdm_layer(chunks(ids), chunks(ids), chunks(k_val), chunks(weights), chunks(g),
-                            chunks(beta), chunks(v), x.new_zeros(B, SLOTS, D), num_parallel=B,
+                            chunks(beta), chunks(v), x.new_zeros(b, SLOTS, D), num_parallel=b,
                             stream_offset=SLOTS, num_keys=SLOTS, valid_last=C)
-        return self.readout(unchunk(o))
+        return self.readout(unchunk(o, b))
 
 
 def chunks(a):
-    """[B, T, ...] -> time-major chunks [T / C * B, C, ...], contiguous (chunk step * B + b is
-    sequence b's tokens step * C .. step * C + C - 1)."""
-    steps = T // C
-    return a.reshape((B, steps, C) + a.shape[2:]).transpose(0, 1).reshape(
-        (steps * B, C) + a.shape[2:]).contiguous()
+    """[b, T, ...] -> time-major chunks [T / C * b, C, ...], contiguous (chunk step * b + i is
+    sequence i's tokens step * C .. step * C + C - 1)."""
+    b, steps = a.shape[0], T // C
+    return a.reshape((b, steps, C) + a.shape[2:]).transpose(0, 1).reshape(
+        (steps * b, C) + a.shape[2:]).contiguous()
 
 
-def unchunk(a):
+def unchunk(a, b):
+    """The inverse of :func:`chunks` for b sequences."""
     steps = T // C
-    return a.reshape((steps, B, C) + a.shape[2:]).transpose(0, 1).reshape((B, T) + a.shape[2:])
+    return a.reshape((steps, b, C) + a.shape[2:]).transpose(0, 1).reshape((b, T) + a.shape[2:])
 
 
 def batch(gen, device):

@@ -217,8 +217,16 @@ def sdm_layer(k_idx, q_idx, k_val, q_val, g, beta, v, memory, *, num_parallel: i
         memory: [num_parallel, num_keys, D] each stream's memory before the first chunk.
         valid_last: valid tokens of each stream's last chunk; None: C (or ignored with
             stream_lengths, as in phase1_forward).
+
+    Raises:
+        TypeError: beta is None (it has no default: pass ones for the plain delta rule), or
+            the arguments mix frameworks (torch tensors beside host arrays; all follow k_idx).
+        ValueError: beta, v or memory has a shape other than [N, C], [N, C, D] and
+            [num_parallel, num_keys, D]; and phase1_forward's errors for its inputs.
     """
+    from ._core.arrays import check_host
     from ._core.forward import framework_of, phase1_forward
+    from ._core.layer_args import check_layer_shapes
 
     if framework_of(k_idx) == "torch":
         from .torch_recurrence import sdm_layer as torch_layer
@@ -227,6 +235,11 @@ def sdm_layer(k_idx, q_idx, k_val, q_val, g, beta, v, memory, *, num_parallel: i
                            num_parallel=num_parallel, stream_offset=stream_offset,
                            num_keys=num_keys, valid_last=valid_last,
                            stream_lengths=stream_lengths)
+    for name, x in (("beta", beta), ("v", v), ("memory", memory)):
+        if x is not None:
+            check_host(name, x)
+    check_layer_shapes(np.shape(k_idx), None if beta is None else np.shape(beta), np.shape(v),
+                       np.shape(memory), num_parallel, num_keys)
     N, C = np.shape(k_idx)[:2]
     if valid_last is None:
         valid_last = C

@@ -85,6 +85,8 @@ _BELOW_AUTOGRAD = torch._C._AutoDispatchBelowAutograd
 @torch.library.register_fake("sdm_phase1::phase1_forward")
 def _phase1_fake(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offset, num_keys,
                  valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths=None):
+    torch_impl.check_one_device({"q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g,
+                                 "beta": beta, "stream_lengths": stream_lengths}, k_idx.device)
     N, C, W = k_idx.shape
     R = q_idx.shape[2]
     return [
@@ -127,6 +129,11 @@ phase1_backward_op = torch.ops.sdm_phase1.phase1_backward.default
 @torch.library.register_fake("sdm_phase1::phase1_backward")
 def _phase1_backward_fake(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, grads,
                           num_parallel, stream_offset, num_keys, valid_last, check=False):
+    torch_impl.check_one_device(dict({"q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g,
+                                      "beta": beta, "payload": payload,
+                                      "stream_lengths": stream_lengths},
+                                     **{f"grads[{n!r}]": u for n, u in zip(GRAD_NAMES, grads)}),
+                                k_idx.device)
     inputs = (k_val, q_val, g) if beta is None else (k_val, q_val, g, beta)
     return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in inputs]
 

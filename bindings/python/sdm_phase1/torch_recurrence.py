@@ -33,8 +33,10 @@ from typing import Any, Optional, Tuple
 import torch
 
 from . import torch_ops
+from ._core.layer_args import check_layer_shapes, missing_beta
+from ._frameworks.torch_impl import check_device, check_one_device
 
-__all__ = ["chunk_lengths", "chunked", "sdm_layer"]
+__all__ = ["chunk_lengths", "chunked", "sdm_layer", "check_layer_tensors", "LAYER_DTYPES"]
 
 
 def chunk_lengths(N: int, C: int, num_parallel: int, *, valid_last: Optional[int] = None,
@@ -120,6 +122,34 @@ def chunked(out: Any, k_idx: torch.Tensor, q_idx: torch.Tensor, k_val: torch.Ten
     return o, M[:, :K]
 
 
+#: The dtypes the recurrence runs in (v's; memory's must be the same).
+LAYER_DTYPES = (torch.float32, torch.float64)
+
+
+def check_layer_tensors(k_idx, q_idx, k_val, q_val, g, beta, v, memory, stream_lengths) -> None:
+    """What the layer needs of its tensors beyond Phase 1's checks, before anything runs: every
+    argument a torch.Tensor (TypeError naming it; beta None included), all on k_idx's device,
+    a CPU or CUDA one (ValueError), v float32 or float64 and memory of v's dtype (ValueError)."""
+    tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g,
+               "beta": beta, "v": v, "memory": memory}
+    if stream_lengths is not None:
+        tensors["stream_lengths"] = stream_lengths
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            if name == "beta" and t is None and isinstance(k_idx, torch.Tensor):
+                raise missing_beta(k_idx.shape[0], k_idx.shape[1])
+            like = "" if name == "k_idx" else " like k_idx"
+            raise TypeError(f"{name} must be a torch.Tensor{like}, got {type(t).__name__}")
+    check_device("k_idx", k_idx.device)
+    check_one_device(tensors, k_idx.device)
+    if v.dtype not in LAYER_DTYPES:
+        raise ValueError(f"v is {v.dtype}: sdm_layer runs the recurrence in v's dtype, which must "
+                         "be torch.float32 or torch.float64 (pass v.float() and memory.float())")
+    if memory.dtype != v.dtype:
+        raise ValueError(f"memory is {memory.dtype} but v is {v.dtype}: the recurrence runs in one "
+                         "dtype, v's (float32 or float64)")
+
+
 def sdm_layer(k_idx: torch.Tensor, q_idx: torch.Tensor, k_val: torch.Tensor, q_val: torch.Tensor,
               g: torch.Tensor, beta: torch.Tensor, v: torch.Tensor, memory: torch.Tensor, *,
               num_parallel: int, stream_offset: int, num_keys: int,
@@ -135,13 +165,18 @@ def sdm_layer(k_idx: torch.Tensor, q_idx: torch.Tensor, k_val: torch.Tensor, q_v
     float32, v [N, C, D] and memory [num_parallel, num_keys, D], float32 or float64 (the
     recurrence's dtype). See the module's docstring for the limits: a reference Phase 2, not
     a fast kernel; ``torch.use_deterministic_algorithms(True)`` for repeatable bits on CUDA.
+
+    Raises (before anything runs, :func:`check_layer_tensors` and
+    ``_core.layer_args.check_layer_shapes``): TypeError for an argument that is not a tensor
+    (beta None included: it has no default); ValueError for a tensor on another device than
+    k_idx's (or k_idx on one the library does not compute on, such as meta), a v of another
+    dtype than float32 or float64, memory of another dtype than v's, or beta, v, memory of
+    other shapes than [N, C], [N, C, D], [num_parallel, num_keys, D]; then Phase 1's errors.
     """
+    check_layer_tensors(k_idx, q_idx, k_val, q_val, g, beta, v, memory, stream_lengths)
     N, C = k_idx.shape[0], k_idx.shape[1]
-    D = v.shape[-1]
-    if tuple(v.shape) != (N, C, D) or tuple(memory.shape) != (num_parallel, num_keys, D):
-        raise ValueError(f"v must be [N, C, D] = [{N}, {C}, D] and memory [num_parallel, num_keys, "
-                         f"D] = [{num_parallel}, {num_keys}, {D}], got {tuple(v.shape)} and "
-                         f"{tuple(memory.shape)}")
+    check_layer_shapes(tuple(k_idx.shape), tuple(beta.shape), tuple(v.shape),
+                       tuple(memory.shape), num_parallel, num_keys)
     if valid_last is None:
         valid_last = C
     # beta is not Phase 1's input here: it reaches Phase 1 only through kspa, which Phase 2

@@ -196,12 +196,3 @@ def test_numpy_layer_matches_token_by_token(cid):
     assert rec.relative_error(o_t.numpy()[valid], o[valid]) <= 1e-10
     assert rec.relative_error(M_t.numpy(), M) <= 1e-10
 
-
-def test_layer_checks_shapes_and_dtypes():
-    x, opts, _ = make_layer_case(2, **CASES["one-stream-long"])
-    t = {n: torch.from_numpy(a) for n, a in x.items()}
-    names = ("k_idx", "q_idx", "k_val", "q_val", "g", "beta", "v", "memory")
-    with pytest.raises(ValueError, match=r"memory \[num_parallel, num_keys, D\]"):
-        p1.sdm_layer(*(t[n] if n != "memory" else t[n][:, :-1] for n in names), **opts)
-    with pytest.raises(ValueError, match="memory is torch.float32 but v is torch.float64"):
-        p1.sdm_layer(*(t[n] if n != "memory" else t[n].float() for n in names), **opts)

@@ -1,16 +1,22 @@
 //! Finds libsdmp1 and tells rustc to link it, in this order:
-//!   1. SDMP1_LIB_DIR, when set: the directory holding libsdmp1.so (and libsdmp1.a);
+//!   1. SDMP1_LIB_DIR, when set: the directory holding libsdmp1.a (and libsdmp1.so);
 //!   2. `pkg-config sdmp1` (the program, so no crate is needed): its libdir;
 //!   3. the source tree's build directory (../../../build, where `./run.sh build` puts it).
 //!
-//! By default it links libsdmp1.so with an rpath to its directory. With the `static` feature it
-//! links libsdmp1.a and what the archive needs besides (the C++ runtime, and the CUDA runtime
-//! where the CUDA backend is built), as `pkg-config --static --libs sdmp1-static` names them
-//! (the build directory's uninstalled sdmp1-static.pc, or the installed one).
+//! By default it links libsdmp1.a and what the archive needs besides (the C++ runtime, and the
+//! CUDA runtime where the CUDA backend is built), as `pkg-config --static --libs sdmp1-static`
+//! names them (the build directory's uninstalled sdmp1-static.pc, or the installed one): a
+//! program then runs wherever it is copied, with no library path set. (A dependency's build
+//! script cannot give the final program an rpath: `cargo:rustc-link-arg` reaches only its own
+//! package's targets, so a shared default would leave a user's program unable to start.)
+//!
+//! With the `shared` feature it links libsdmp1.so instead, with an rpath to its directory for
+//! this crate's own targets; such a program finds the library through the system's loader
+//! path, LD_LIBRARY_PATH, or an rpath its own build script sets from DEP_SDMP1_LIB_DIR. The
+//! `static` feature asks for the default explicitly (it is refused together with `shared`).
 //!
 //! It prints which one it used, and passes the directory on to dependents as
-//! DEP_SDMP1_LIB_DIR (the `links` metadata) so that they can set an rpath too; with `static`,
-//! also DEP_SDMP1_STATIC.
+//! DEP_SDMP1_LIB_DIR (the `links` metadata); when linking statically, also DEP_SDMP1_STATIC.
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,7 +27,14 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_LIBDIR");
 
-    let linking_static = env::var_os("CARGO_FEATURE_STATIC").is_some();
+    let shared = env::var_os("CARGO_FEATURE_SHARED").is_some();
+    if shared && env::var_os("CARGO_FEATURE_STATIC").is_some() {
+        panic!(
+            "sdm-phase1-sys: the features `static` and `shared` are both enabled (by this crate's \
+             dependents); libsdmp1 links one way: drop one (static is the default)"
+        );
+    }
+    let linking_static = !shared;
     let file = if linking_static {
         "libsdmp1.a"
     } else {
@@ -32,6 +45,9 @@ fn main() {
         "cargo:warning=libsdmp1: linking {} ({how})",
         dir.join(file).display()
     );
+    // A rebuilt library relinks the programs: an archive linked in would otherwise stay as it
+    // was when they were built.
+    println!("cargo:rerun-if-changed={}", dir.join(file).display());
     println!("cargo:rustc-link-search=native={}", dir.display());
     println!("cargo:lib_dir={}", dir.display());
     if linking_static {
@@ -65,10 +81,15 @@ fn find_library(file: &str) -> (PathBuf, &'static str) {
         let tree = tree.canonicalize().unwrap_or(tree);
         return (tree, "the source tree's build directory");
     }
+    let other = if file == "libsdmp1.a" {
+        "; or, to link libsdmp1.so instead, enable the `shared` feature"
+    } else {
+        ""
+    };
     panic!(
         "{file} not found: set SDMP1_LIB_DIR to the directory of {file}, install libsdmp1 \
          (meson install, so that `pkg-config sdmp1` finds it) or build the source tree \
-         (./run.sh build, which puts it in {})",
+         (./run.sh build, which puts it in {}){other}",
         tree.display()
     );
 }

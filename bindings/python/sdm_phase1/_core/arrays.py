@@ -19,7 +19,7 @@ from .checks import lengths_dtype_code, not_contiguous
 from .dtypes import BFLOAT16, FLOAT32, INDEX_CODES
 
 __all__ = ["HostInputs", "prepare_inputs", "prepare_lengths", "index_dtype_code",
-           "value_dtype_code"]
+           "value_dtype_code", "check_host"]
 
 
 def _is_bfloat16(dtype: np.dtype) -> bool:
@@ -49,9 +49,32 @@ def value_dtype_code(dtype) -> int:
     )
 
 
-def _host_array(name: str, x, ndim: int, layout: str) -> np.ndarray:
-    if x is None:
-        raise ValueError(f"{name}: an array is required, got None")
+def _is_torch_tensor(x) -> bool:
+    # By the type's module, so that checking never imports torch.
+    return type(x).__module__.partition(".")[0] == "torch"
+
+
+def _torch_among_host(name: str) -> TypeError:
+    """The error for a torch tensor among host arrays (NumPy's path): a call's inputs come from
+    one framework, which k_idx's decides."""
+    if name == "k_idx":
+        return TypeError(
+            "k_idx is a torch.Tensor where host (NumPy) arrays are expected: sdm_phase1.Plan and "
+            "phase1_backward take NumPy arrays (phase1_forward and sdm_layer take torch tensors, "
+            "differentiable by autograd)"
+        )
+    return TypeError(
+        f"{name} is a torch.Tensor but k_idx is not: every input of a call must come from one "
+        "framework, and k_idx's decides (a host array here: the NumPy path); pass torch tensors "
+        f"for all (torch.from_numpy(k_idx), ...) or NumPy arrays for all ({name}.detach().numpy())"
+    )
+
+
+def check_host(name: str, x) -> None:
+    """Refuses what the host (NumPy) path must not convert: a torch tensor (TypeError: a
+    call's inputs come from one framework) or a GPU array (ValueError: one device)."""
+    if _is_torch_tensor(x):
+        raise _torch_among_host(name)
     if not isinstance(x, np.ndarray) and (
         hasattr(x, "__cuda_array_interface__")
         or (hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] != 1)
@@ -60,6 +83,21 @@ def _host_array(name: str, x, ndim: int, layout: str) -> np.ndarray:
             f"{name} is a GPU array where host (NumPy) arrays are expected: every input of a call "
             "must be on one device, and sdm_phase1.Plan takes host arrays only (phase1_forward "
             "takes GPU tensors)"
+        )
+
+
+def _host_array(name: str, x, ndim: int, layout: str, dtypes: Optional[str] = None) -> np.ndarray:
+    """``x`` as a C-contiguous, aligned NumPy array of rank ``ndim``. ``dtypes``: the dtypes
+    the input takes, for the error that refuses a Python list or tuple (which has none: NumPy
+    would pick int64 or float64, and a later check would blame another input); None: lists
+    are converted (stream_lengths)."""
+    if x is None:
+        raise ValueError(f"{name}: an array is required, got None")
+    check_host(name, x)
+    if dtypes is not None and isinstance(x, (list, tuple)):
+        raise TypeError(
+            f"{name} is a Python {type(x).__name__}, not an array: pass a NumPy array of "
+            f"{dtypes} (np.asarray({name}, np.{dtypes.split()[0]}))"
         )
     try:
         arr = np.asarray(x)
@@ -118,13 +156,14 @@ def prepare_inputs(k_idx, q_idx, k_val, q_val, g, beta=None) -> HostInputs:
     """Checks array-ness, ndim, contiguity and dtypes; returns the inputs as host arrays.
 
     Shapes are not compared here (see Plan and phase1_forward)."""
-    k_idx = _host_array("k_idx", k_idx, 3, "[N, C, W]")
-    q_idx = _host_array("q_idx", q_idx, 3, "[N, C, R]")
-    k_val = _host_array("k_val", k_val, 3, "[N, C, W]")
-    q_val = _host_array("q_val", q_val, 3, "[N, C, R]")
-    g = _host_array("g", g, 3, "[N, C, 1] or [N, C, W]")
+    ids, values = "int32 or int64 slot ids", "float32 or bfloat16 values"
+    k_idx = _host_array("k_idx", k_idx, 3, "[N, C, W]", ids)
+    q_idx = _host_array("q_idx", q_idx, 3, "[N, C, R]", ids)
+    k_val = _host_array("k_val", k_val, 3, "[N, C, W]", values)
+    q_val = _host_array("q_val", q_val, 3, "[N, C, R]", values)
+    g = _host_array("g", g, 3, "[N, C, 1] or [N, C, W]", "float32 log-gates")
     if beta is not None:
-        beta = _host_array("beta", beta, 2, "[N, C]")
+        beta = _host_array("beta", beta, 2, "[N, C]", "float32 write strengths")
 
     if k_idx.dtype not in INDEX_CODES:
         raise ValueError(f"k_idx must be int32 or int64, got dtype {k_idx.dtype}")

@@ -32,8 +32,9 @@ from .._core.fields import EMPTY_DTYPES, REPEATS
 from .._core.options import call_options, key_options
 from .._core.types import FIELDS, Phase1
 
-__all__ = ["run", "forward", "needs_grad", "run_backward", "check_repeats", "TORCH_DTYPES",
-           "phase1_from_outputs", "call_key"]
+__all__ = ["run", "forward", "needs_grad", "run_backward", "check_repeats", "check_device",
+           "check_one_device", "on_other_device",
+           "TORCH_DTYPES", "COMPUTE_DEVICES", "phase1_from_outputs", "call_key"]
 
 #: sdm_p1_dtype code -> torch dtype.
 TORCH_DTYPES = framework_dtypes(torch)
@@ -83,16 +84,42 @@ def _dtype_name(t: torch.Tensor) -> str:
     return _NAMES.get(t.dtype) or str(t.dtype).replace("torch.", "")
 
 
+#: The devices whose tensors the library computes on (their memory is the CPU's or a GPU's).
+COMPUTE_DEVICES = ("cpu", "cuda")
+
+
+def check_device(name: str, device: torch.device) -> None:
+    """ValueError unless ``device`` is one the library computes on: a meta tensor (or one of
+    another backend) has no memory the library can read."""
+    if device.type not in COMPUTE_DEVICES:
+        raise ValueError(
+            f"{name} is on {device}: sdm_phase1 computes on CPU and CUDA tensors only"
+            + (" (a meta tensor holds no data)" if device.type == "meta" else "")
+        )
+
+
+def on_other_device(name: str, t: torch.Tensor, device: torch.device) -> ValueError:
+    """The error for a tensor of a call that is not on k_idx's device."""
+    return ValueError(f"{name} is on {t.device} but k_idx is on {device}: every tensor of a call "
+                      "must be on one device")
+
+
+def check_one_device(tensors: dict, device: torch.device) -> None:
+    """ValueError unless every given tensor (None: not given) is on ``device``, k_idx's. The
+    operators' fake implementations check this too: PyTorch dispatches a call that mixes meta
+    and CPU tensors to them, whose outputs would be uninitialized memory of k_idx's device."""
+    for name, t in tensors.items():
+        if t is not None and t.device != device:
+            raise on_other_device(name, t, device)
+
+
 def _check_tensors(tensors: dict, device: torch.device) -> None:
     """Type, device, rank and contiguity of every given input."""
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor like k_idx, got {type(t).__name__}")
         if t.device != device:
-            raise ValueError(
-                f"{name} is on {t.device} but k_idx is on {device}: every tensor of a call must be "
-                "on one device"
-            )
+            raise on_other_device(name, t, device)
         check_rank(name, t.shape)
         if not t.is_contiguous():
             raise not_contiguous(name, t.shape, t.stride(), f"{name}.contiguous()")
@@ -209,6 +236,7 @@ def _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, 
     if not isinstance(k_idx, torch.Tensor):
         raise TypeError(f"k_idx must be a torch.Tensor, got {type(k_idx).__name__}")
     device = k_idx.device
+    check_device("k_idx", device)
     tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
     if beta is not None:
         tensors["beta"] = beta
@@ -237,12 +265,14 @@ def call_key(k_idx, q_idx, k_val, q_val, g, beta, repeats, device: int, stream: 
     (device and stream, each input's shape, dtype and device, the kind of repeats, the options
     as key_options gives them), so that a cached plan stands for checks already made."""
     rep = None if repeats is None else (
-        (repeats.dtype, repeats.shape, repeats.get_device()) if isinstance(repeats, torch.Tensor)
+        (repeats.dtype, repeats.shape, repeats.device) if isinstance(repeats, torch.Tensor)
         else type(repeats))
+    # Each tensor's torch.device (type and index), not get_device(), which is -1 for the CPU
+    # and for the meta device alike: a meta tensor must not find a CPU call's plan.
     return ("torch", device, stream, k_idx.shape, q_idx.shape, k_val.shape, q_val.shape, g.shape,
             None if beta is None else beta.shape, k_idx.dtype, q_idx.dtype, k_val.dtype, q_val.dtype,
-            g.dtype, None if beta is None else beta.dtype, q_idx.get_device(), k_val.get_device(),
-            q_val.get_device(), g.get_device(), None if beta is None else beta.get_device(), rep,
+            g.dtype, None if beta is None else beta.dtype, k_idx.device, q_idx.device, k_val.device,
+            q_val.device, g.device, None if beta is None else beta.device, rep,
             num_parallel, stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields)
 
 

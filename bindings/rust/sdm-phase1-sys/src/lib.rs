@@ -8,9 +8,10 @@
 //! [`inputs_initializer`] and [`input_grads_initializer`]. The safe API is the `sdm-phase1`
 //! crate.
 //!
-//! Linking: the build script finds `libsdmp1.so` from `SDMP1_LIB_DIR`, else `pkg-config sdmp1`,
-//! else the source tree's `build/` directory, and tells dependents the directory it used as
-//! `DEP_SDMP1_LIB_DIR` (for an rpath).
+//! Linking: the build script finds libsdmp1 from `SDMP1_LIB_DIR`, else `pkg-config sdmp1`,
+//! else the source tree's `build/` directory, links `libsdmp1.a` (or, with the `shared`
+//! feature, `libsdmp1.so`) and tells dependents the directory it used as `DEP_SDMP1_LIB_DIR`
+//! (for an rpath).
 
 // The C names are kept as they are.
 #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case)]

@@ -74,8 +74,11 @@
 //!
 //! # Linking
 //!
-//! `sdm-phase1-sys` links `libsdmp1.so`, found through `SDMP1_LIB_DIR`, else `pkg-config
-//! sdmp1`, else the source tree's `build/` directory, and sets an rpath to it.
+//! `sdm-phase1-sys` finds libsdmp1 through `SDMP1_LIB_DIR`, else `pkg-config sdmp1`, else the
+//! source tree's `build/` directory, and links `libsdmp1.a` into the program, which then runs
+//! with no library path set. The `shared` feature links `libsdmp1.so` instead (with an rpath
+//! for this crate's own tests and examples; a program of yours finds it through the loader's
+//! path or an rpath of its own build script).
 //!
 //! # Threads
 //!
