@@ -2,7 +2,7 @@
  * command line.
  *
  *   phase1_bench [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep]
- *                [--varlen] [SHAPE ...]
+ *                [--varlen] [--backward] [SHAPE ...]
  *   phase1_bench --help
  *   SHAPE: a named shape (below), or N,C,W,R,num_keys[,streams] (bf16 values, int32 ids,
  *   per-token gates, uniform ids; one stream unless given)
@@ -36,6 +36,14 @@
  * with its "default" row, the same batch padded to full length. In CUDA mode the library's
  * plan log is on (SDMP1_LOG=1 unless the environment sets it): each plan's creation prints on
  * stderr which kernel computes its chunks first (lean or general) and their launch shapes.
+ *
+ * --backward (CUDA): the backward instead. Per shape, two rows: the sdm_layer's upstream
+ * gradients (a, qk, rex, cpe, k_eff, q_w) and every differentiable output's, random in
+ * [-1, 1); each row gives the forward's median ms (default det_fields, a plan without
+ * backward), the backward's (a plan with backward = 1, every input gradient written) with the
+ * forward's payload and sorted again (payload NULL), each as a ratio to the forward, and both
+ * plans' workspace. A backward of over 100 ms (the worst cases) is timed 3 times after one
+ * warm-up. No JSON.
  *
  * --json PATH (either backend) also writes the run's results to PATH as one JSON object:
  * "library" (version), "backend" ("cpu" or "cuda"), "device" (the GPU's name, or the CPU's
