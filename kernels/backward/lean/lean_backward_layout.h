@@ -63,7 +63,7 @@ struct LeanBackwardLayout {
 inline size_t lean_backward_align16(size_t b) { return (b + 15) / 16 * 16; }
 
 // The layout for chunks of C tokens of W writes and R reads, blocks of `threads` and hot groups
-// of up to hot_max entries, with `hot_warps` of them, xbar and e_log where `smem_room` allows.
+// of up to hot_max entries, with `hot_warps` of them, xbar and beta_terms where `smem_room` allows.
 inline LeanBackwardLayout lean_backward_layout(int C, int W, int R, bool per_token_gates, int threads, int hot_warps,
                                                int hot_max, size_t smem_room) {
     const size_t n = static_cast<size_t>(C) * (W + R), words = (n + 31) / 32, nw = static_cast<size_t>(C) * W;
