@@ -24,9 +24,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
 import sdm_phase1 as p1  # noqa: E402
+import torch  # noqa: E402
 from sdm_phase1 import torch_ops  # noqa: E402
 
 # name: (N, C, W, R, num_keys, streams, Zipf exponent or 0 for uniform ids)
@@ -114,9 +113,9 @@ def run(name, D, steps, device):
     step = median_ms(layer_step, steps)
     phase1 = median_ms(phase1_step, steps)
     N, C, W, R, K, P, zipf = SHAPES[name]
-    print(f"{name:4s} N={N} C={C} W={W} R={R} keys={K} streams={P} ids={'zipf' + str(zipf) if zipf else 'uniform'} "
-          f"D={D}: step {step:9.3f} ms, Phase 1 (forward + backward) {phase1:8.3f} ms, share {phase1 / step:6.1%}",
-          flush=True)
+    ids = f"zipf{zipf}" if zipf else "uniform"
+    print(f"{name:4s} N={N} C={C} W={W} R={R} keys={K} streams={P} ids={ids} D={D}: step {step:9.3f} ms, "
+          f"Phase 1 (forward + backward) {phase1:8.3f} ms, share {phase1 / step:6.1%}", flush=True)
 
 
 def main():
