@@ -243,6 +243,8 @@ void Backend::prepare(const Options& o, size_t output_bytes) {
     general_offset_ = checked_add(wide_offset_, values, what);
     scratch_offset_ = checked_add(general_offset_, values, what);
     size_t scratch = checked_mul(static_cast<size_t>(config_.grid), config_.scratch_per_block, what);
+    const size_t slots = checked_mul(static_cast<size_t>(config_.spread.capacity), config_.spread.slot_bytes, what);
+    bool lean_in_slots = false;
     if (o.backward) {
         // The backward's slices share the forward's scratch: a plan runs one at a time.
         payload_value_offset_ = scratch_offset_;
@@ -251,13 +253,16 @@ void Backend::prepare(const Options& o, size_t output_bytes) {
         const int b = backward_configure(kernel_shape(o), device_, budget, &backward_);
         check(static_cast<cudaError_t>(b), "configuring the Phase 1 backward kernel");
         const size_t general = checked_mul(static_cast<size_t>(backward_.grid), backward_.layout.bytes, what);
-        lean_slices_offset_ = checked_add(scratch_offset_, checked_align_up(general, 256, what), what);
         const size_t lean = checked_mul(static_cast<size_t>(backward_.lean.grid), backward_.lean.slice_bytes, what);
-        const size_t slices = checked_add(checked_align_up(general, 256, what), lean, what);
+        // The lean backward's slices in the forward's spread slots where they fit (the forward
+        // alone uses those), else after the general backward's.
+        lean_in_slots = lean <= slots;
+        lean_slices_offset_ = checked_add(scratch_offset_, checked_align_up(general, 256, what), what);
+        const size_t slices = checked_add(checked_align_up(general, 256, what), lean_in_slots ? 0 : lean, what);
         if (slices > scratch) scratch = slices;
     }
     spread_offset_ = checked_align_up(checked_add(scratch_offset_, scratch, what), 256, what);
-    const size_t slots = checked_mul(static_cast<size_t>(config_.spread.capacity), config_.spread.slot_bytes, what);
+    if (lean_in_slots) lean_slices_offset_ = spread_offset_;
     workspace_bytes_ = checked_add(spread_offset_, slots, what);
     spread_min_terms(&args_.spread.min_terms);
     log_plan(o, config_, args_.spread);

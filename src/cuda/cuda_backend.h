@@ -119,7 +119,8 @@ private:
     size_t payload_value_offset_ = 0;   // backward plans: uint64[N] each chunk's first bad payload word
     size_t scratch_offset_ = 0;         // global scratch of the blocks (config_), if any; a backward
                                         // plan's backward slices (backward_) from the same offset
-    size_t lean_slices_offset_ = 0;     // backward plans: the lean backward's slices, after those
+    size_t lean_slices_offset_ = 0;     // backward plans: the lean backward's slices, in the spread
+                                        // slots where they fit, else after the general backward's
     size_t spread_offset_ = 0;          // the spread kernel's slots (config_.spread), if any
     BackwardConfig backward_{};         // backward plans: the backward's configuration
     size_t workspace_bytes_ = 0;
