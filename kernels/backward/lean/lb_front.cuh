@@ -32,15 +32,11 @@ __device__ __forceinline__ void begin_chunk(const LbChunk& k, const LbArrays& ar
     __syncthreads();
 }
 
-#ifndef SDMP1_LB_PREFETCH
-#define SDMP1_LB_PREFETCH 1
-#endif
-
 // Chunk c's payload row, values, gates and upstream records (read by sorted row, gathered) are
 // brought into L2 while the block works on its current chunk.
 __device__ __forceinline__ void prefetch_backward_chunk(const BackwardArgs& b, int64_t c) {
     const KernelShape& s = b.k.s;
-    if (SDMP1_LB_PREFETCH == 0 || c >= s.N) return;
+    if (c >= s.N) return;
     const size_t value_size = s.bf16 ? 2 : 4, nk = static_cast<size_t>(s.C) * s.W, nq = static_cast<size_t>(s.C) * s.R;
     const UpstreamGrads& up = b.up;
     prefetch_l2(b.payload + c * b.row, 4 * (nk + nq));
