@@ -2,7 +2,7 @@
  * command line.
  *
  *   phase1_bench [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep]
- *                [--varlen] [--backward] [SHAPE ...]
+ *                [--varlen] [--backward] [--save-inputs DIR] [SHAPE ...]
  *   phase1_bench --help
  *   SHAPE: a named shape (below), or N,C,W,R,num_keys[,streams] (bf16 values, int32 ids,
  *   per-token gates, uniform ids; one stream unless given)
@@ -10,11 +10,24 @@
  * Named shapes (docs/design.md): S1 .. S7; S8, S6's configuration (N 128, C 128, W = R = 64,
  * 262144 slots, 2 streams, bf16, per-token gates) with every id drawn from S7's Zipf law
  * (exponent 1.1); S7z0.8, S7z1.5, S8z0.8 and S8z1.5, S7 and S8 with the Zipf exponent 0.8 or
- * 1.5 instead of 1.1; and the worst cases, the legal chunks with the most pair terms, at
- * C = W = R = 256 and N = 1 or 264 (two chunks an SM of an H200): WR1 / WR264, every read on
- * one slot and each token writing each of 256 slots once (about 17 M pair terms a chunk);
- * WA1 / WA264, every id on one slot (about 4.3 G terms a chunk). The time of a worst case is
- * linear in its terms.
+ * 1.5 instead of 1.1; S7split and S8split, S7 and S8 with the writes' ids (K) and the reads'
+ * (Q) drawn from two independent Zipf 1.1 laws (the same exponent, each with its own random
+ * ranking of the slots: a write's popular slots are not a read's); and the worst cases, the
+ * legal chunks with the most pair terms, at C = W = R = 256 and N = 1 or 264 (two chunks an
+ * SM of an H200): WR1 / WR264, every read on one slot and each token writing each of 256
+ * slots once (about 17 M pair terms a chunk); WA1 / WA264, every id on one slot (about
+ * 4.3 G terms a chunk). The time of a worst case is linear in its terms.
+ *
+ * --save-inputs DIR (either backend) first writes each shape's inputs, exactly the bytes the
+ * timed executes get, to DIR/<shape>.npz (DIR is created where missing; a custom shape is
+ * "custom", the CPU default "cpu"), then times as without it. Each file is an uncompressed
+ * NumPy archive (bench/npz_writer.h) in the layout ../shared/peer/time_spec.py reads (for
+ * bench/compare_spec.py, which sets the spec's kernels beside these rows): k_idx [N, C, W] and
+ * q_idx [N, C, R] (int32, or int64 as the shape; stream offsets included), k_val [N, C, W] and
+ * q_val [N, C, R] (float32, or uint16 holding the bf16 bits), g [N, C, 1] or [N, C, W]
+ * (float32), and the int64 scalars num_parallel (the streams), stream_offset and num_keys
+ * (both the shape's num_keys) and valid_last (C). No beta (the default rows run without it)
+ * and not the N sweep's inputs. Chunk n belongs to stream n % num_parallel.
  *
  * CPU (the default): --reps 5 and the shape 256,64,32,32,65536 unless given; first a host
  * memcpy of 256 MiB on one thread (median of 5) gives the copy bandwidth; then per shape the
@@ -52,15 +65,17 @@
  * "cuda_driver" and "cuda_runtime" (CUDA only), then "shapes": one object a timed row,
  * {"shape", "det_fields" ("default" or "all"), "varlen", "N", "C", "W", "R", "num_keys",
  * "streams", "value_dtype", "id_dtype", "gates" ("per_token" or "per_write"), "ids" ("uniform",
- * "zipf" or "reads_on_slot_0"), "zipf_exponent" (null unless zipf), "threads" (CPU only: the
- * plan's), "repeats", "median_ms", "min_ms", "us_per_chunk", "input_bytes", "output_bytes",
- * "GBps" and "fraction_of_copy" (at the median; null where not finite), "workspace_bytes"},
+ * "zipf", "zipf_split" or "reads_on_slot_0"), "zipf_exponent" (null unless zipf or
+ * zipf_split), "threads" (CPU only: the plan's), "repeats", "median_ms", "min_ms",
+ * "us_per_chunk", "input_bytes", "output_bytes", "GBps" and "fraction_of_copy" (at the
+ * median; null where not finite), "workspace_bytes"},
  * and "n_sweep" (the S1 rows against N, the same members; empty without the CUDA sweep).
  * Strings are JSON-escaped. bench/results/README.md says where such files are kept.
  *
  * Inputs as docs/design.md describes them: slot ids distinct within a token (K and Q each),
  * uniform or by a Zipf law over the keys (S7, S8 and their z variants; ranks mapped to slots
- * by a fixed random permutation), 128 streams (S6, S8: 2), gates logsigmoid(x) of uniform x in
+ * by a fixed random permutation; the split variants: K by one permutation, Q by a second,
+ * drawn after the first), 128 streams (S6, S8: 2), gates logsigmoid(x) of uniform x in
  * [-2, 8) (negative), values uniform in [-1, 1) as bf16 or f32; generated once per shape on
  * the host. */
 #define _POSIX_C_SOURCE 200112L
@@ -69,8 +84,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "npz_writer.h"
 #include "sdm/phase1.h"
 
 #ifdef SDMP1_BENCH_CUDA
@@ -83,8 +100,9 @@
 
 /* How a shape's slot ids are drawn (within a token distinct where num_keys allows, else
  * each uniform): uniform; by a Zipf law of exponent `zipf`; writes uniform and every read
- * on the stream's slot 0. */
-enum { kUniform, kZipf, kReadsOnSlot0 };
+ * on the stream's slot 0; the writes by a Zipf law of exponent `zipf` and the reads by a
+ * second, independent one (the same exponent, another ranking of the slots). */
+enum { kUniform, kZipf, kReadsOnSlot0, kZipfSplit };
 
 typedef struct Shape {
     const char* name;
@@ -112,6 +130,9 @@ static const Shape kShapes[] = {
     {"S7z1.5", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kZipf, 1.5},
     {"S8z0.8", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kZipf, 0.8},
     {"S8z1.5", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kZipf, 1.5},
+    /* S7 and S8 with K and Q drawn from two independent Zipf 1.1 laws (two rankings). */
+    {"S7split", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kZipfSplit, 1.1},
+    {"S8split", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kZipfSplit, 1.1},
 };
 enum { kShapeCount = sizeof kShapes / sizeof kShapes[0] };
 /* The shapes timed without a shape list: the first ten, S1 .. S8, WR1, WA1. */
@@ -239,15 +260,18 @@ static void free_inputs(HostInputs* in) {
     memset(in, 0, sizeof *in);
 }
 
-/* Random inputs for a shape (stream s's ids start at s * num_keys); 0 on success. */
+/* Random inputs for a shape (stream s's ids start at s * num_keys); 0 on success. One random
+ * stream (seed 42) in a fixed order: the Zipf law's permutation (then the split shapes' second
+ * one), then per token its K ids, Q ids, K values, Q values, gates and beta. */
 static int make_inputs(const Shape* s, HostInputs* in) {
     const int64_t tokens = s->N * s->C, isz = s->idx64 ? 8 : 4, vsz = s->bf16 ? 2 : 4;
     const int64_t gw = s->per_write ? s->W : 1;
+    const int zipf_ids = s->ids == kZipf || s->ids == kZipfSplit;
     uint32_t* stamp = NULL;
     uint32_t mark = 0;
     uint64_t st = 42;
     int64_t tok, j;
-    Zipf zipf = {NULL, NULL, 0};
+    Zipf zipf = {NULL, NULL, 0}, read_zipf = {NULL, NULL, 0};
     memset(in, 0, sizeof *in);
     in->k_idx_bytes = (size_t)(tokens * s->W * isz);
     in->q_idx_bytes = (size_t)(tokens * s->R * isz);
@@ -264,16 +288,19 @@ static int make_inputs(const Shape* s, HostInputs* in) {
     if (s->num_keys <= (int64_t)1 << 24) stamp = calloc((size_t)s->num_keys, sizeof *stamp);
     if (!in->k_idx || !in->q_idx || !in->k_val || !in->q_val || !in->g || !in->beta ||
         (s->num_keys <= (int64_t)1 << 24 && stamp == NULL) ||
-        (s->ids == kZipf && zipf_init(&zipf, s->num_keys, s->zipf, &st) != 0)) {
+        (zipf_ids && zipf_init(&zipf, s->num_keys, s->zipf, &st) != 0) ||
+        (s->ids == kZipfSplit && zipf_init(&read_zipf, s->num_keys, s->zipf, &st) != 0)) {
         fprintf(stderr, "%s: out of host memory for the inputs\n", s->name);
         free(stamp);
         zipf_free(&zipf);
+        zipf_free(&read_zipf);
         free_inputs(in);
         return 1;
     }
     for (tok = 0; tok < tokens; ++tok) {
         const int64_t base = (tok / s->C % s->P) * s->num_keys;
-        const Zipf* law = s->ids == kZipf ? &zipf : NULL;
+        const Zipf* law = zipf_ids ? &zipf : NULL;
+        const Zipf* read_law = s->ids == kZipfSplit ? &read_zipf : law;
         token_ids(s, s->W, base, stamp, ++mark, law, &st, in->k_idx, tok * s->W);
         if (s->ids == kReadsOnSlot0) {
             for (j = 0; j < s->R; ++j) {
@@ -281,7 +308,7 @@ static int make_inputs(const Shape* s, HostInputs* in) {
                 else ((int32_t*)in->q_idx)[tok * s->R + j] = (int32_t)base;
             }
         } else {
-            token_ids(s, s->R, base, stamp, ++mark, law, &st, in->q_idx, tok * s->R);
+            token_ids(s, s->R, base, stamp, ++mark, read_law, &st, in->q_idx, tok * s->R);
         }
         token_values(s, s->W, &st, in->k_val, tok * s->W);
         token_values(s, s->R, &st, in->q_val, tok * s->R);
@@ -293,6 +320,66 @@ static int make_inputs(const Shape* s, HostInputs* in) {
     }
     free(stamp);
     zipf_free(&zipf);
+    zipf_free(&read_zipf);
+    return 0;
+}
+
+/* Writes a shape's inputs (make_inputs's) to dir/<name>.npz, in the layout of the header
+ * comment's --save-inputs; 0 on success. */
+static int save_inputs(const Shape* s, const char* dir) {
+    const int64_t k_shape[3] = {s->N, s->C, s->W}, q_shape[3] = {s->N, s->C, s->R};
+    const int64_t g_shape[3] = {s->N, s->C, s->per_write ? s->W : 1};
+    const NpzType ids = s->idx64 ? NPZ_INT64 : NPZ_INT32, vals = s->bf16 ? NPZ_UINT16 : NPZ_FLOAT32;
+    HostInputs in;
+    NpzWriter* z;
+    char path[4096];
+    int failed;
+    if ((size_t)snprintf(path, sizeof path, "%s/%s.npz", dir, s->name) >= sizeof path) {
+        fprintf(stderr, "%s: the path is too long\n", dir);
+        return 1;
+    }
+    if (make_inputs(s, &in) != 0) return 1;
+    z = npz_open(path);
+    if (z == NULL) {
+        free_inputs(&in);
+        return 1;
+    }
+    npz_add(z, "k_idx", ids, 3, k_shape, in.k_idx);
+    npz_add(z, "q_idx", ids, 3, q_shape, in.q_idx);
+    npz_add(z, "k_val", vals, 3, k_shape, in.k_val);
+    npz_add(z, "q_val", vals, 3, q_shape, in.q_val);
+    npz_add(z, "g", NPZ_FLOAT32, 3, g_shape, in.g);
+    npz_add_int64_scalar(z, "num_parallel", s->P);
+    npz_add_int64_scalar(z, "stream_offset", s->num_keys);
+    npz_add_int64_scalar(z, "num_keys", s->num_keys);
+    npz_add_int64_scalar(z, "valid_last", s->C);
+    failed = npz_close(z);
+    free_inputs(&in);
+    if (!failed) fprintf(stderr, "wrote %s\n", path);
+    return failed;
+}
+
+/* --save-inputs: every shape's file (the directory created where missing); 0 on success. */
+static int save_all_inputs(const Shape* shapes, int count, const char* dir) {
+    int i, k;
+    for (i = 0; i < count; ++i) {
+        for (k = 0; k < i; ++k) {
+            if (!strcmp(shapes[i].name, shapes[k].name)) {
+                fprintf(stderr, "--save-inputs: two shapes named %s (one file a name)\n", shapes[i].name);
+                return 1;
+            }
+        }
+    }
+    if (mkdir(dir, 0777) != 0) {
+        struct stat st;
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "--save-inputs: cannot create the directory %s\n", dir);
+            return 1;
+        }
+    }
+    for (i = 0; i < count; ++i) {
+        if (save_inputs(&shapes[i], dir) != 0) return 1;
+    }
     return 0;
 }
 
@@ -444,7 +531,7 @@ static void json_number(FILE* f, const char* sep, const char* name, double x, co
 }
 
 static void json_result(FILE* f, const Result* r, int last) {
-    static const char* const kIdNames[] = {"uniform", "zipf", "reads_on_slot_0"};
+    static const char* const kIdNames[] = {"uniform", "zipf", "reads_on_slot_0", "zipf_split"};
     const Shape* s = &r->shape;
     fputs("    {\"shape\": ", f);
     json_string(f, s->name);
@@ -455,7 +542,7 @@ static void json_result(FILE* f, const Result* r, int last) {
             r->all_fields ? "all" : "default", r->varlen ? "true" : "false", (long long)s->N, (long long)s->C,
             (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P, s->bf16 ? "bf16" : "f32",
             s->idx64 ? "int64" : "int32", s->per_write ? "per_write" : "per_token", kIdNames[s->ids]);
-    if (s->ids == kZipf) json_number(f, ", ", "zipf_exponent", s->zipf, "%g");
+    if (s->ids == kZipf || s->ids == kZipfSplit) json_number(f, ", ", "zipf_exponent", s->zipf, "%g");
     else fputs(", \"zipf_exponent\": null", f);
     if (r->threads > 0) fprintf(f, ", \"threads\": %d", r->threads);
     fprintf(f, ", \"repeats\": %d", r->repeats);
@@ -1089,7 +1176,7 @@ static void print_usage(FILE* f, const char* argv0) {
     int k;
     fprintf(f,
             "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep] [--varlen] "
-            "[--backward] [SHAPE ...]\n       %s --help\nSHAPE: ",
+            "[--backward] [--save-inputs DIR] [SHAPE ...]\n       %s --help\nSHAPE: ",
             argv0, argv0);
     for (k = 0; k < kShapeCount; ++k) fprintf(f, "%s | ", kShapes[k].name);
     fputs("N,C,W,R,num_keys[,streams]\n", f);
@@ -1120,11 +1207,19 @@ static int help(const char* argv0) {
         "                      backward's with the forward's payload and sorted again, their\n"
         "                      ratios and both plans' workspace, with the sdm_layer's upstream\n"
         "                      gradients and with every one\n"
+        "  --save-inputs DIR   first write each shape's inputs (the bytes the executes get) to\n"
+        "                      DIR/<shape>.npz, then time as without it: NumPy archives of k_idx,\n"
+        "                      q_idx, k_val, q_val (bf16 as uint16 bits), g and the scalars\n"
+        "                      num_parallel, stream_offset, num_keys, valid_last, the layout of\n"
+        "                      ../shared/peer/time_spec.py (bench/compare_spec.py sets the spec's\n"
+        "                      kernels beside this run's --json); a custom shape is custom.npz\n"
         "\n"
         "Shapes (docs/design.md): S1 .. S7; S8 = S6's configuration with S7's Zipf 1.1 ids;\n"
-        "S7z0.8, S7z1.5, S8z0.8, S8z1.5 = S7 and S8 with Zipf exponent 0.8 or 1.5; the worst\n"
-        "cases WR1, WA1, WR264, WA264 (C = W = R = 256). Without shapes: CPU 256,64,32,32,65536;\n"
-        "CUDA S1 .. S8, WR1, WA1 and the S1 sweep, each with the default and every field.\n",
+        "S7z0.8, S7z1.5, S8z0.8, S8z1.5 = S7 and S8 with Zipf exponent 0.8 or 1.5; S7split,\n"
+        "S8split = S7 and S8 with writes and reads from two independent Zipf 1.1 laws (two\n"
+        "rankings of the slots); the worst cases WR1, WA1, WR264, WA264 (C = W = R = 256).\n"
+        "Without shapes: CPU 256,64,32,32,65536; CUDA S1 .. S8, WR1, WA1 and the S1 sweep, each\n"
+        "with the default and every field.\n",
         stdout);
     return 0;
 }
@@ -1132,7 +1227,7 @@ static int help(const char* argv0) {
 int main(int argc, char** argv) {
     Shape shapes[64];
     int count = 0, cuda = 0, reps = 0, threads = 0, sweep = 0, varlen = 0, backward = 0, i;
-    const char* json = NULL;
+    const char *json = NULL, *save_dir = NULL;
     for (i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             return help(argv[0]);
@@ -1146,6 +1241,8 @@ int main(int argc, char** argv) {
             threads = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
             json = argv[++i];
+        } else if (!strcmp(argv[i], "--save-inputs") && i + 1 < argc) {
+            save_dir = argv[++i];
         } else if (!strcmp(argv[i], "--sweep")) {
             sweep = 1;
         } else if (!strcmp(argv[i], "--varlen")) {
@@ -1161,16 +1258,13 @@ int main(int argc, char** argv) {
     if (cuda) {
 #ifdef SDMP1_BENCH_CUDA
         setenv("SDMP1_LOG", "1", 0); /* which kernel each plan runs, on stderr */
-        if (backward) {
-            if (count == 0) {
-                for (count = 0; count < kDefaultShapes; ++count) shapes[count] = kShapes[count];
-            }
-            return run_cuda_backward(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps);
-        }
-        if (count == 0) { /* the canonical shapes, two worst cases and the N sweep */
+        /* Without shapes: the canonical ones, two worst cases and (forward) the N sweep. */
+        if (count == 0) {
             for (count = 0; count < kDefaultShapes; ++count) shapes[count] = kShapes[count];
-            sweep = 1;
+            if (!backward) sweep = 1;
         }
+        if (save_dir != NULL && save_all_inputs(shapes, count, save_dir) != 0) return 1;
+        if (backward) return run_cuda_backward(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps);
         return run_cuda(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps, sweep, varlen, json);
 #else
         fprintf(stderr, "%s: built without the CUDA backend (no --backend cuda)\n", argv[0]);
@@ -1185,5 +1279,6 @@ int main(int argc, char** argv) {
         const Shape s = {"cpu", 256, 64, 32, 32, 65536, 1, 1, 0, 0, kUniform, 0.0};
         shapes[count++] = s;
     }
+    if (save_dir != NULL && save_all_inputs(shapes, count, save_dir) != 0) return 1;
     return run_cpu(shapes, count, reps < 1 ? 5 : reps, threads, json);
 }
