@@ -321,7 +321,7 @@ lint() {
         exit 1
     fi
     step "lint: ruff on the Python code"
-    "$python" -m ruff check --quiet "$root/bindings/python" "$root/examples" "$root/tests"
+    "$python" -m ruff check --quiet "$root/bindings/python" "$root/bench" "$root/examples" "$root/tests"
     step "lint: mypy on the Python package (settings in pyproject.toml)"
     (cd "$root" && "$python" -m mypy)
     step "lint: shellcheck on the shell scripts"
