@@ -920,6 +920,37 @@ inline CaseList lean_cases(const ListOptions& o) {
             .no_read_groups()
             .gate_kind(Gates::Normal),
     };
+    // The hot pass (kernels/lean/lean_hot.cuh): a group of one bucket at each of its size
+    // classes' edges (16 / 17 keys: insertion sort or a warp's; 1024 / 1025: the hot pass's
+    // limit, past it the general kernel), a chunk of one group and its reads, skewed ids as
+    // S7 draws them (both Zipf laws and exponents 0.8 to 1.5, reads that follow recent writes),
+    // with non-finite values, subnormal gates, per-write gates and per-stream lengths.
+    for (int64_t m : {int64_t{16}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{300}, int64_t{1024}, int64_t{1025}}) {
+        c.push_back(spec("hot-column-" + std::to_string(m), 3, 64, 32, 32, big)
+                        .lean_chunks(Lean::Column, m)
+                        .gate_kind(m % 2 ? Gates::Logsigmoid : Gates::Normal)
+                        .value_kind(m == 300 ? Values::Mixed : Values::Normal));
+    }
+    c.push_back(spec("hot-column-whole-C16", 2, 16, 8, 8, big).lean_chunks(Lean::Column, 16 * 9).gate_kind(Gates::Mixed));
+    c.push_back(spec("hot-S7-zipf1.1", 4, 64, 32, 32, 65536).streams(2, 65536).skewed(1.1).bfloat16());
+    c.push_back(spec("hot-S7-zipf0.8-write", 3, 64, 32, 32, 65536).skewed(0.8).gates_per_write().gate_kind(Gates::Normal));
+    c.push_back(spec("hot-S7-zipf1.5-i64", 3, 64, 32, 32, 65536).ids64().skewed(1.5).gate_kind(Gates::Logsigmoid));
+    c.push_back(spec("hot-zipf-keys-recent-reads", 3, 64, 32, 32, 65536)
+                    .key_mode(Keys::Zipf)
+                    .read_mode(Reads::Recent)
+                    .gate_kind(Gates::Logsigmoid)
+                    .bfloat16());
+    c.push_back(spec("hot-zipf-nonfinite", 3, 64, 32, 32, 65536).skewed(1.1).value_kind(Values::NonFinite));
+    c.push_back(spec("hot-zipf-subnormal-gates", 3, 64, 32, 32, 65536)
+                    .skewed(1.1)
+                    .value_kind(Values::Wide)
+                    .gate_kind(Gates::Subnormal));
+    c.push_back(spec("hot-C128-W64", 2, 128, 64, 64, 262144).skewed(1.1).bfloat16().gate_kind(Gates::Logsigmoid));
+    {
+        Rng hot_rng(mix_seed(o.seed, name_seed("lean-hot-lengths")));
+        CaseSpec s = spec("hot-zipf-lengths", 8, 64, 32, 32, 65536).streams(4, 65536).skewed(1.1).bfloat16();
+        c.push_back(s.stream_lengths(stream_lengths(Lengths::Mixed, s.P, s.steps(), s.C, hot_rng), false));
+    }
     for (int64_t det : {int64_t{0}, int64_t{SDM_P1_DET_POS}, int64_t{SDM_P1_DET_SPAY_RANK}, int64_t{SDM_P1_DET_FLAGS},
                         int64_t{SDM_P1_DET_SPAY_K}, int64_t{SDM_P1_DET_SPAY_Q}}) {
         c.push_back(spec("det" + std::to_string(det), 3, 64, 32, 32, 65536)

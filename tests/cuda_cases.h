@@ -105,7 +105,11 @@ enum class Values { Normal, Mixed, One, Wide, NonFinite };
 //     a token repeats the slot) on one slot: a group of exactly lean_param entries (the lean
 //     backward's limits: kSmallGroup = 32 entries a lane each, hot_max a warp), the odd
 //     chunks distinct slots.
-enum class Lean { None, Crowd, Pairs, Shared, Repeats, HotChunks, Group };
+//   Column: one slot for lean_param entries of distinct tokens, token by token: each token's
+//     lane-0 write, then its reads on every lane as far as needed (a group of exactly
+//     lean_param entries, one bucket of the hot pass: no write repeats its token's slot; reads
+//     of one token repeat it).
+enum class Lean { None, Crowd, Pairs, Shared, Repeats, HotChunks, Group, Column };
 
 constexpr int64_t kRecordBits = SDM_P1_DET_KREC | SDM_P1_DET_QREC | SDM_P1_DET_QREC8;
 // What the Python binding asks for when beta is given and det_fields is not.
@@ -618,6 +622,15 @@ inline std::pair<std::vector<int64_t>, std::vector<int64_t>> lean_chunk(const Ca
                 }
             }
             break;
+        case Lean::Column: {
+            int64_t left = s.lean_param;
+            for (int64_t t = 0; t < C && left > 0; ++t) {
+                k[at(t, 0)] = fresh[0];
+                --left;
+                for (int64_t lane = 0; lane < R && left > 0; ++lane, --left) q[static_cast<size_t>(t * R + lane)] = fresh[0];
+            }
+            break;
+        }
         case Lean::Group:
             if (c % 2 == 0) {
                 for (int64_t i = 1; i < std::min(s.lean_param, nk); ++i) k[static_cast<size_t>(i)] = k[0];
