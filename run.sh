@@ -5,11 +5,14 @@
 #                    with it in PyTorch, on one process and on two with DDP, Rust)
 #   ./run.sh test    install what is missing, build, run every test (C/C++ and the documentation
 #                    checks, Python against the installed wheel, Rust), lint, and the examples
+#   ./run.sh test SUITE [SUITE...]   the same, only the suites named (after the build and the
+#                    test tools), in their usual order; `./run.sh test --list` lists them
 #   ./run.sh build   install what is missing and build only
 #   ./run.sh abi-baseline   build, then write abi/libsdmp1.abi from the library (after a
 #                    reviewed ABI change; see abi/libsdmp1.abignore)
 # The build goes to ./build (Meson + Ninja). Set SDMP1_BUILD_DIR to use another folder.
-# SDMP1_SANITIZE=0 skips the sanitizer builds of `test` (ASan + UBSan, TSan, fuzzing);
+# SDMP1_SANITIZE=0 skips the sanitizer builds of `test` (ASan + UBSan, TSan, fuzzing) unless
+# they are named;
 # SDMP1_FUZZ_SECONDS sets how long it fuzzes (default 120). `test` stops at the first failing
 # suite and ends with a line per suite that ran and "N passed, N failed (suites)".
 set -euo pipefail
@@ -283,30 +286,66 @@ install_all_test_tools() {
     install_torch "$python"
 }
 
+# The suites of `test`, in the order they run: "NAME|FUNCTION|its line in the summary|what it
+# runs" (`./run.sh test --list`). build and tools come first whatever is named: the others
+# need them. The sanitizer suites (asan to fuzz) run where SDMP1_SANITIZE is not 0, or when
+# named.
+test_suites=(
+    "build|build|build|configure (first time) and compile ./build"
+    "tools|install_all_test_tools|test tools (Debian and Python packages where missing)|clang, abigail-tools, shellcheck, pytest, ruff, mypy, JAX, clang-format, PyTorch"
+    "lint|lint|lint (header, exports, ruff, mypy, shellcheck, clang-format)|the header as C99, the exports, ruff, mypy, shellcheck, clang-format"
+    "install|install_check|install (meson install, sdmp1.pc)|meson install, then the C example built against the installed sdmp1.pc"
+    "abi|abi_check|ABI (abidiff)|abidiff of libsdmp1.so against abi/libsdmp1.abi"
+    "meson|meson_tests|C/C++ tests (meson test)|meson test: tests/ (capi, cpu, cuda, stage_dump, fuzz, docs)"
+    "wheel|wheel_tests|Python tests against the wheel|pip wheel ., installed into a fresh environment, bindings/python/tests"
+    "jax|jax_tests|JAX under jit (libsdmp1_jax, CPU)|libsdmp1_jax built, bindings/python/tests/test_jax_ffi.py"
+    "rust|rust_tests|Rust (tests, clippy, rustfmt, static link)|cargo test (static and shared), clippy, rustfmt, the static-link program"
+    "examples|run_examples|examples (CPU)|every example that runs without a GPU"
+    "asan|sanitized_tests|C/C++ tests under ASan + UBSan|meson test against an ASan + UBSan build (./build-sanitize)"
+    "asan-python|sanitized_python_tests|Python tests under ASan + UBSan|bindings/python/tests against the ASan + UBSan build"
+    "tsan|thread_sanitized_tests|threaded tests under TSan|test_threads and test_cpu against a TSan build (./build-tsan)"
+    "fuzz|fuzz_tests|fuzzing under ASan + UBSan|tests/fuzz/fuzz_api for SDMP1_FUZZ_SECONDS (120) s from its corpus"
+)
+
+# ./run.sh test --list: a line per suite, its name and what it runs.
+list_suites() {
+    local entry name rest
+    for entry in "${test_suites[@]}"; do
+        name=${entry%%|*}
+        rest=${entry#*|*|*|}
+        printf '%-12s %s\n' "$name" "$rest"
+    done
+}
+
+# test_job [SUITE...]: every suite, or build, tools and the suites named, in test_suites'
+# order; an unknown name stops before anything runs.
 test_job() {
-    trap suite_summary EXIT
-    suite "build" build
-    suite "test tools (Debian and Python packages where missing)" install_all_test_tools
-    suite "lint (header, exports, ruff, mypy, shellcheck, clang-format)" lint
-    suite "install (meson install, sdmp1.pc)" install_check
-    suite "ABI (abidiff)" abi_check
-    suite "C/C++ tests (meson test)" meson_tests
-    suite "Python tests against the wheel" wheel_tests
-    suite "JAX under jit (libsdmp1_jax, CPU)" jax_tests
-    suite "Rust (tests, clippy, rustfmt, static link)" rust_tests
-    suite "examples (CPU)" run_examples
-    if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
-        suite "C/C++ tests under ASan + UBSan" sanitized_tests
-        suite "Python tests under ASan + UBSan" sanitized_python_tests
-        suite "threaded tests under TSan" thread_sanitized_tests
-        suite "fuzzing under ASan + UBSan" fuzz_tests
-    else
-        local name
-        for name in "C/C++ tests under ASan + UBSan" "Python tests under ASan + UBSan" \
-            "threaded tests under TSan" "fuzzing under ASan + UBSan"; do
-            suite_skipped "$name" "SDMP1_SANITIZE=0"
+    local entry name function label wanted=" build tools " all=1 arg
+    if [ $# -gt 0 ]; then
+        all=0
+        for arg in "$@"; do
+            if ! printf '%s\n' "${test_suites[@]}" | grep -q "^$arg|"; then
+                echo "run.sh: no suite named '$arg'; the suites (./run.sh test --list):" >&2
+                list_suites >&2
+                exit 2
+            fi
+            wanted+="$arg "
         done
     fi
+    trap suite_summary EXIT
+    for entry in "${test_suites[@]}"; do
+        IFS='|' read -r name function label _ <<<"$entry"
+        if [ "$all" = 0 ]; then
+            case "$wanted" in *" $name "*) ;; *) continue ;; esac
+        elif [ "${SDMP1_SANITIZE:-1}" = 0 ]; then
+            case "$name" in asan | asan-python | tsan | fuzz)
+                suite_skipped "$label" "SDMP1_SANITIZE=0"
+                continue
+                ;;
+            esac
+        fi
+        suite "$label" "$function"
+    done
 }
 
 lint() {
@@ -325,7 +364,7 @@ lint() {
     step "lint: mypy on the Python package (settings in pyproject.toml)"
     (cd "$root" && "$python" -m mypy)
     step "lint: shellcheck on the shell scripts"
-    (cd "$root" && shellcheck run.sh .ci/run tests/gpu_suite.sh tests/fuzz/coverage.sh \
+    (cd "$root" && shellcheck run.sh .ci/run tests/cuda/gpu_suite.sh tests/fuzz/coverage.sh \
         bindings/rust/sdm-phase1-sys/generate.sh)
     step "lint: clang-format on the C, C++ and CUDA sources (style in .clang-format)"
     (cd "$root" && find bench examples include kernels src tests -type f \
@@ -454,9 +493,9 @@ thread_sanitized_tests() {
         meson_cmd setup "$tsan" "$root" --buildtype=debugoptimized -Dcuda=disabled \
             -Db_sanitize=thread -Db_lundef=false
     fi
-    meson_cmd compile -C "$tsan" tests/test_threads tests/test_cpu
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/test_threads"
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/test_cpu"
+    meson_cmd compile -C "$tsan" tests/capi/test_threads tests/cpu/test_cpu
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/capi/test_threads"
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 "$tsan/tests/cpu/test_cpu"
 }
 
 # The libFuzzer harness tests/fuzz/fuzz_api.cpp (the forward and the backward) for a bounded
@@ -490,6 +529,14 @@ fuzz_tests() {
 sanitized_tests() {
     local san="$build-sanitize"
     step "C/C++ tests under ASan + UBSan (SDMP1_SANITIZE=0 skips)"
+    sanitized_build
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson_cmd test -C "$san" --print-errorlogs |
+        tee -a "$suite_log"
+}
+
+# The ASan + UBSan build of sanitized_tests and sanitized_python_tests, in $build-sanitize.
+sanitized_build() {
+    local san="$build-sanitize"
     if [ ! -f "$san/build.ninja" ]; then
         # Host code only: the sanitizers instrument what the compiler builds, not the CUDA
         # runtime linked into the library, and CI has no GPU for the kernels.
@@ -497,13 +544,12 @@ sanitized_tests() {
             -Db_sanitize=address,undefined -Db_lundef=false
     fi
     meson_cmd compile -C "$san"
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 meson_cmd test -C "$san" --print-errorlogs |
-        tee -a "$suite_log"
 }
 
-# The Python tests against the sanitized build of sanitized_tests.
+# The Python tests against the sanitized build of sanitized_tests (made here when named alone).
 sanitized_python_tests() {
     step "Python tests under ASan + UBSan"
+    sanitized_build
     # Python itself is not instrumented: preload the runtimes, and leave leak checks to the
     # C tests (the interpreter keeps memory until exit).
     LD_PRELOAD="$(cc -print-file-name=libasan.so):$(cc -print-file-name=libubsan.so)" \
@@ -514,11 +560,18 @@ sanitized_python_tests() {
 
 case "${1:-}" in
     main) main_job ;;
-    test) test_job ;;
+    test)
+        shift
+        if [ "${1:-}" = --list ]; then
+            list_suites
+        else
+            test_job "$@"
+        fi
+        ;;
     build) build ;;
     abi-baseline) abi_baseline_job ;;
     *)
-        echo "usage: $0 main|test|build|abi-baseline" >&2
+        echo "usage: $0 main|test [SUITE...|--list]|build|abi-baseline" >&2
         exit 2
         ;;
 esac

@@ -178,6 +178,13 @@ sdm_p1_status sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct_size) {
     });
 }
 
+sdm_p1_status sdm_p1_input_grads_init(sdm_p1_input_grads* grads, size_t struct_size) {
+    return guarded([&] {
+        const sdm_p1_input_grads defaults = SDM_P1_INPUT_GRADS_INITIALIZER;
+        sdm_p1::init_struct("sdm_p1_input_grads_init", grads, struct_size, &defaults, sdm_p1::kInputGradsLayout);
+    });
+}
+
 sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* views, int32_t count) {
     return guarded([&] {
         if (views == nullptr || count < 0) {

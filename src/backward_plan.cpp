@@ -4,6 +4,7 @@
 #include <string>
 
 #include "errors.h"
+#include "field_sets.h"
 #include "input_checks.h"
 #include "plan.h"
 #include "versioned_struct.h"
@@ -16,24 +17,15 @@ constexpr const char* kWho = "sdm_p1_execute_backward";
 
 // The element bytes of field f's upstream gradient, or 0 where f is not differentiable.
 size_t upstream_element_bytes(int f, const Options& o) {
-    switch (f) {
-        case SDM_P1_FIELD_A:
-        case SDM_P1_FIELD_QK:
-        case SDM_P1_FIELD_LOG_K:
-        case SDM_P1_FIELD_LOG_Q:
-        case SDM_P1_FIELD_REX:
-        case SDM_P1_FIELD_KREC:
-        case SDM_P1_FIELD_KSPA:
-        case SDM_P1_FIELD_QREC:
-        case SDM_P1_FIELD_QREC8:
+    switch (upstream_of(f)) {
+        case Upstream::kFloat32:
             return 4;
-        case SDM_P1_FIELD_CPE:
-        case SDM_P1_FIELD_K_EFF:
-        case SDM_P1_FIELD_Q_W:
+        case Upstream::kValueDtype:
             return o.bf16 ? 2 : 4;
-        default:
-            return 0;
+        case Upstream::kNone:
+            break;
     }
+    return 0;
 }
 
 // "grads[19] (kspa)" for messages.
@@ -59,6 +51,9 @@ UpstreamGrads checked_upstream(const sdm_p1_plan& plan, const void* const* grads
         by_field[f] = p;
     }
     const auto f32 = [&](int f) { return static_cast<const float*>(by_field[f]); };
+    // One member a differentiable field (field_sets.h), each set below.
+    static_assert(sizeof(UpstreamGrads) == differentiable_count() * sizeof(const void*),
+                  "UpstreamGrads and field_sets.h name different fields");
     UpstreamGrads up{};
     up.a = f32(SDM_P1_FIELD_A);
     up.qk = f32(SDM_P1_FIELD_QK);

@@ -36,7 +36,7 @@ void read_struct(const void* given, size_t size, void* known, const StructLayout
 size_t bytes_to_write(size_t room, const StructLayout& layout);
 
 // Writes the library's defaults (`defaults`, a struct of known_bytes) to a caller's struct
-// of `size` bytes (sdm_p1_desc_init, sdm_p1_inputs_init): the fields both headers have, zero
+// of `size` bytes (sdm_p1_desc_init, sdm_p1_inputs_init, sdm_p1_input_grads_init): the fields both headers have, zero
 // past them (a newer header's fields, whose defaults are zero), and struct_size (the first
 // uint32 of every such struct) = size. Throws INVALID_ARGUMENT, writing nothing, for a NULL
 // struct or a size below oldest_bytes or above UINT32_MAX, naming the C function `who`.

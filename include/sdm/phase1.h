@@ -48,6 +48,12 @@
  *     may be NaN or infinite; a float output that is NaN (0 * inf, inf - inf, a NaN value)
  *     is the quiet NaN 0x7FC00000 (bfloat16: 0x7FC0), whatever its sign or payload would be.
  *
+ * Layout: the versions, status codes and the types every part uses; then the plan (its
+ * descriptor, creation and queries), the forward (its outputs, inputs and sdm_p1_execute), the
+ * backward (sdm_p1_execute_backward and its gradients) and the errors. Each item says the
+ * release that added it ("Since 1.x."; minor releases only add), and a field appended to a
+ * struct says so at the field.
+ *
  * Global state: none, except the per-thread last-error message. A CPU plan owns its worker
  * threads (see sdm_p1_execute); no thread outlives the plan that started it.
  */
@@ -70,23 +76,25 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------- */
-/* Versions                                                                                  */
+/* Versions                                                                                 */
 
 /* SDM_P1_VERSION_MAJOR, _MINOR and _PATCH: the version of this header, in sdm/phase1_version.h
  * (generated from the build's project version and installed next to this header). The soname
  * is libsdmp1.so.<major>; minor releases only add. */
 #include "sdm/phase1_version.h"
-/* One number: major * 10000 + minor * 100 + patch (10300 for 1.3.0). */
+/* One number: major * 10000 + minor * 100 + patch (10400 for 1.4.0). */
 #define SDM_P1_VERSION_NUMBER (SDM_P1_VERSION_MAJOR * 10000 + SDM_P1_VERSION_MINOR * 100 + SDM_P1_VERSION_PATCH)
 
-/* The version of the library actually loaded, as SDM_P1_VERSION_NUMBER. */
+/* Since 1.0. The version of the library actually loaded, as SDM_P1_VERSION_NUMBER. */
 SDM_P1_API unsigned sdm_p1_version_number(void);
-/* The same as a string, "1.3.0"; static storage. */
+/* Since 1.0. The same as a string, "1.4.0"; static storage. */
 SDM_P1_API const char* sdm_p1_version_string(void);
 
 /* ---------------------------------------------------------------------------------------- */
-/* Status codes and errors                                                                   */
+/* Status codes                                                                             */
 
+/* Since 1.0. What every entry point returns. Their names (sdm_p1_status_string) and the
+ * message of a failure (sdm_p1_last_error) are under "Errors", at the end. */
 typedef enum sdm_p1_status {
     SDM_P1_SUCCESS = 0,
     /* A null pointer, a malformed struct (size, magic, version) or an option out of its
@@ -111,16 +119,10 @@ typedef enum sdm_p1_status {
     SDM_P1_ERROR_INTERNAL = 7
 } sdm_p1_status;
 
-/* A constant name for a status code ("SDM_P1_ERROR_INVALID_ARGUMENT", ...); never NULL. */
-SDM_P1_API const char* sdm_p1_status_string(sdm_p1_status status);
-
-/* The message of the calling thread's last failed call ("" if none yet); never NULL. Valid
- * until the thread's next libsdmp1 call. Successful calls leave it unchanged. */
-SDM_P1_API const char* sdm_p1_last_error(void);
-
 /* ---------------------------------------------------------------------------------------- */
-/* Element types, backends, optional outputs                                                 */
+/* Element types, backends, optional outputs                                                */
 
+/* Since 1.0. */
 typedef enum sdm_p1_dtype {
     SDM_P1_DTYPE_INT8 = 1,
     SDM_P1_DTYPE_INT32 = 2,
@@ -130,6 +132,7 @@ typedef enum sdm_p1_dtype {
     SDM_P1_DTYPE_BFLOAT16 = 5
 } sdm_p1_dtype;
 
+/* Since 1.0. */
 typedef enum sdm_p1_backend {
     /* The library picks: CUDA when built in and a device is present, else the CPU. */
     SDM_P1_BACKEND_AUTO = 0,
@@ -139,7 +142,7 @@ typedef enum sdm_p1_backend {
     SDM_P1_BACKEND_CUDA = 2
 } sdm_p1_backend;
 
-/* det_fields bits: the optional outputs to compute (the spec's DET_* values). */
+/* Since 1.0. det_fields bits: the optional outputs to compute (the spec's DET_* values). */
 #define SDM_P1_DET_POS 1       /* pos_k, pos_q */
 #define SDM_P1_DET_SPAY_RANK 2 /* spay_rank */
 #define SDM_P1_DET_FLAGS 4     /* is_last, is_only; q_last, q_only (with read groups) */
@@ -156,19 +159,19 @@ typedef enum sdm_p1_backend {
 /* Every bit the library accepts. Bit 1024 (the spec's dc_rec) is refused, as by the spec. */
 #define SDM_P1_DET_ALL 3071
 
-/* "Unset: the library picks" for the integer options that document it. */
+/* Since 1.0. "Unset: the library picks" for the integer options that document it. */
 #define SDM_P1_UNSET (-1)
 
 /* ---------------------------------------------------------------------------------------- */
-/* Allocator                                                                                 */
+/* Allocator                                                                                */
 
-/* Memory for a plan's outputs and workspace. For the CPU backend it must return host memory,
- * for CUDA device memory of the plan's device, usable on `stream` (stream-ordered allocators
- * such as a framework's caching allocator fit). Blocks must be aligned to 256 bytes (CUDA) or
- * 16 bytes (CPU, as malloc's are); a block that is not fails the plan's creation. alloc and
- * free NULL: the library's default (64-byte aligned host memory, or cudaMalloc / cudaFree on
- * the plan's device). The plan calls alloc only in sdm_p1_plan_create and free only in
- * sdm_p1_plan_destroy, with the stream NULL (the default stream) and the plan's device
+/* Since 1.0. Memory for a plan's outputs and workspace. For the CPU backend it must return host
+ * memory, for CUDA device memory of the plan's device, usable on `stream` (stream-ordered
+ * allocators such as a framework's caching allocator fit). Blocks must be aligned to 256 bytes
+ * (CUDA) or 16 bytes (CPU, as malloc's are); a block that is not fails the plan's creation.
+ * alloc and free NULL: the library's default (64-byte aligned host memory, or cudaMalloc /
+ * cudaFree on the plan's device). The plan calls alloc only in sdm_p1_plan_create and free only
+ * in sdm_p1_plan_destroy, with the stream NULL (the default stream) and the plan's device
  * current; never during execute. */
 typedef struct sdm_p1_allocator {
     /* Passed back to alloc and free as is. */
@@ -180,12 +183,17 @@ typedef struct sdm_p1_allocator {
     void (*free)(void* ctx, void* ptr, size_t bytes, void* stream);
 } sdm_p1_allocator;
 
-/* ---------------------------------------------------------------------------------------- */
-/* Plan descriptor                                                                           */
+/* ======================================================================================== */
+/* The plan                                                                                 */
+/* ======================================================================================== */
 
+/* ---------------------------------------------------------------------------------------- */
+/* Plan: the descriptor                                                                     */
+
+/* Since 1.0. */
 #define SDM_P1_DESC_MAGIC 0x53445031u /* "SDP1" */
 
-/* Who provides the output buffers of an execute. */
+/* Since 1.0. Who provides the output buffers of an execute. */
 typedef enum sdm_p1_output_mode {
     /* The plan allocates every requested output once, at creation; each execute overwrites
      * them and sdm_p1_outputs views them. */
@@ -195,7 +203,8 @@ typedef enum sdm_p1_output_mode {
     SDM_P1_OUTPUTS_CALLER = 1
 } sdm_p1_output_mode;
 
-/* The shapes and options of a plan. Fill it from SDM_P1_DESC_INITIALIZER, then set fields. */
+/* Since 1.0 (grown by 1.3). The shapes and options of a plan. Fill it from
+ * SDM_P1_DESC_INITIALIZER, then set fields. */
 typedef struct sdm_p1_desc {
     uint32_t struct_size; /* sizeof(sdm_p1_desc) of the caller's header (the struct-size rule) */
     uint32_t magic;       /* SDM_P1_DESC_MAGIC */
@@ -246,7 +255,9 @@ typedef struct sdm_p1_desc {
     int32_t output_mode;
     /* Memory for outputs and workspace; all members NULL: the default. */
     sdm_p1_allocator allocator;
-    /* Since 1.3 (one 8-byte unit past the 1.0 layout; see "Since 1.3" below). */
+    /* Since 1.3: backward and grad_dtype, one 8-byte unit past the 1.0 layout (168 bytes on
+     * 64-bit targets); a 1.0 to 1.2 caller's 160-byte struct reads them as 0: a forward-only
+     * plan. See "The backward" below. */
     /* 1: the plan may also run sdm_p1_execute_backward (its workspace is sized for both);
      * 0 or SDM_P1_UNSET: it refuses to. Any other value is refused. */
     int32_t backward;
@@ -256,6 +267,7 @@ typedef struct sdm_p1_desc {
     int32_t grad_dtype;
 } sdm_p1_desc;
 
+/* Since 1.0. */
 #define SDM_P1_DESC_INITIALIZER                                                                              \
     {                                                                                                        \
         sizeof(sdm_p1_desc), SDM_P1_DESC_MAGIC, SDM_P1_VERSION_NUMBER, 0, 0, 0, 0, 1, 0, 0, SDM_P1_UNSET,    \
@@ -263,13 +275,83 @@ typedef struct sdm_p1_desc {
             SDM_P1_UNSET, 0, SDM_P1_OUTPUTS_PLAN, {NULL, NULL, NULL}, 0, 0                                   \
     }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Outputs                                                                                   */
+/* Since 1.3. Fills *desc with SDM_P1_DESC_INITIALIZER's values, for callers that cannot use the
+ * macro (a binding that loads the library at run time, a language without C's initializers), as
+ * libgit2's git_clone_options_init. struct_size: the caller's sizeof(sdm_p1_desc), at least the
+ * 1.0 layout's and at most UINT32_MAX (else SDM_P1_ERROR_INVALID_ARGUMENT, nothing written).
+ * The library writes struct_size bytes: its defaults for the fields both headers have, zero for
+ * the fields of a newer header (whose defaults are zero by the struct-size rule); struct_size
+ * is set to the caller's size and version to this library's SDM_P1_VERSION_NUMBER. */
+SDM_P1_API sdm_p1_status sdm_p1_desc_init(sdm_p1_desc* desc, size_t struct_size);
 
-/* Output fields, in the order of the spec's Phase1 tuple, then repeats. "Entry" below is one
- * (token, lane) of a chunk; a chunk's sorted row orders its C * (W + R) entries stably by
- * slot (entry order: token-major, the W writes then the R reads), padding entries last.
- * A slot group is the valid entries of one slot in one chunk. Shapes are per plan. */
+/* ---------------------------------------------------------------------------------------- */
+/* Plan: creation and queries                                                               */
+
+/* Since 1.0. An immutable plan: shapes, options, output buffers and workspace. A plan may be
+ * executed any number of times, but not concurrently with itself; different plans may run
+ * concurrently from different threads. */
+typedef struct sdm_p1_plan sdm_p1_plan;
+
+/* Since 1.0. Creates a plan in *plan from *desc (validated field by field); allocates the
+ * workspace and, in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator (in one block,
+ * each field at a multiple of 256 bytes). Every size is computed with overflow checks: a plan
+ * with an output, the outputs together (in either output mode) or a workspace of more than
+ * PTRDIFF_MAX bytes is refused with SDM_P1_ERROR_UNSUPPORTED naming it, before anything is
+ * allocated. On failure *plan is NULL.
+ * CUDA: the plan's device is made current for the call and restored after; the call enqueues
+ * no work on any stream. A device of an architecture this library has no kernels for (no
+ * SASS of its major version at or below its minor one, no PTX at or below it; see
+ * sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. Where the
+ * environment variable SDMP1_LOG is set (to anything but "0"), a CUDA plan's creation prints
+ * one line on stderr naming the kernels that will compute its chunks (the lean kernel first
+ * or the general one) and their launch shapes. SDMP1_SPREAD_TERMS, where set to a decimal
+ * number, replaces the pair terms a chunk needs before a CUDA plan hands its a and qk to the
+ * spread kernel (kernels/spread/README.md; 0: every hot chunk, 18446744073709551615: none):
+ * for tests and benchmarks, since the outputs' bits never depend on it. The environment is
+ * read for nothing else. */
+SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
+
+/* Since 1.0. Frees a plan and everything it allocated, and stops and joins its worker threads
+ * (CPU). NULL is accepted and ignored. In a child process forked after the plan's workers
+ * started, the workers do not exist: their bookkeeping (a few hundred bytes) is left
+ * unfreed. */
+SDM_P1_API sdm_p1_status sdm_p1_plan_destroy(sdm_p1_plan* plan);
+
+/* Since 1.0. The options the plan resolved (every UNSET replaced by the library's choice, e.g.
+ * the backend, det_fields, rec_tile, num_threads); the allocator as given. When *desc was
+ * filled from SDM_P1_DESC_INITIALIZER (its magic set), the library writes the fields of the
+ * caller's header and of its own, min(desc->struct_size, its sizeof(sdm_p1_desc)) bytes, and
+ * sets struct_size to that; a desc not filled (as 1.1 allowed) receives the 1.0 layout. */
+SDM_P1_API sdm_p1_status sdm_p1_plan_desc(const sdm_p1_plan* plan, sdm_p1_desc* desc);
+
+/* Since 1.0. Bytes of workspace the plan holds (allocated at creation through the
+ * allocator). */
+SDM_P1_API sdm_p1_status sdm_p1_workspace_size(const sdm_p1_plan* plan, size_t* bytes);
+
+/* Since 1.1. The number of CUDA devices the CUDA backend can use, in *count: 0 when the backend
+ * is built in but the machine has no NVIDIA driver or no device (SDM_P1_SUCCESS); 0 with
+ * SDM_P1_ERROR_BACKEND_UNAVAILABLE when this library was built without the CUDA backend. */
+SDM_P1_API sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
+
+/* Since 1.2. The GPU architectures the CUDA backend carries kernels for, in *list: a
+ * space-separated, static string of sm_XY names (machine code, which runs on devices of compute
+ * capability X.Y to X.9; sm_XYa: on X.Y alone) and compute_XY names (PTX, compiled by the
+ * driver for any device of compute capability X.Y or later; compute_XYa: X.Y alone), e.g.
+ * "sm_80 sm_90 sm_100 compute_100" for the release build (Meson option gpu_arch). Without the
+ * CUDA backend: "" and SDM_P1_ERROR_BACKEND_UNAVAILABLE. Needs no device. */
+SDM_P1_API sdm_p1_status sdm_p1_cuda_architectures(const char** list);
+
+/* ======================================================================================== */
+/* The forward                                                                              */
+/* ======================================================================================== */
+
+/* ---------------------------------------------------------------------------------------- */
+/* Forward: the outputs                                                                     */
+
+/* Since 1.0. Output fields, in the order of the spec's Phase1 tuple, then repeats. "Entry"
+ * below is one (token, lane) of a chunk; a chunk's sorted row orders its C * (W + R) entries
+ * stably by slot (entry order: token-major, the W writes then the R reads), padding entries
+ * last. A slot group is the valid entries of one slot in one chunk. Shapes are per plan. */
 typedef enum sdm_p1_field {
     /* [N, C, C] float32: a[i, j] = sum over the slots both write of
      * k_i * k_j * exp(log_k_i - log_k_j), for j < i; 0 elsewhere. */
@@ -350,7 +432,7 @@ typedef enum sdm_p1_field {
     SDM_P1_FIELD_COUNT = 29
 } sdm_p1_field;
 
-/* A view of one output of a plan. */
+/* Since 1.0. A view of one output of a plan. */
 typedef struct sdm_p1_tensor {
     /* The spec's field name ("a", "qk", "log_k", ...; "repeats"); static storage. */
     const char* name;
@@ -369,56 +451,23 @@ typedef struct sdm_p1_tensor {
     void* data;
 } sdm_p1_tensor;
 
-/* ---------------------------------------------------------------------------------------- */
-/* Plans                                                                                     */
-
-/* An immutable plan: shapes, options, output buffers and workspace. A plan may be executed
- * any number of times, but not concurrently with itself; different plans may run
- * concurrently from different threads. */
-typedef struct sdm_p1_plan sdm_p1_plan;
-
-/* Creates a plan in *plan from *desc (validated field by field); allocates the workspace and,
- * in SDM_P1_OUTPUTS_PLAN mode, the outputs through the allocator (in one block, each field at
- * a multiple of 256 bytes). Every size is computed with overflow checks: a plan with an
- * output, the outputs together (in either output mode) or a workspace of more than
- * PTRDIFF_MAX bytes is refused with SDM_P1_ERROR_UNSUPPORTED naming it, before anything is
- * allocated. On failure *plan is NULL.
- * CUDA: the plan's device is made current for the call and restored after; the call enqueues
- * no work on any stream. A device of an architecture this library has no kernels for (no
- * SASS of its major version at or below its minor one, no PTX at or below it; see
- * sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. Where the
- * environment variable SDMP1_LOG is set (to anything but "0"), a CUDA plan's creation prints
- * one line on stderr naming the kernels that will compute its chunks (the lean kernel first
- * or the general one) and their launch shapes. SDMP1_SPREAD_TERMS, where set to a decimal
- * number, replaces the pair terms a chunk needs before a CUDA plan hands its a and qk to the
- * spread kernel (kernels/spread/README.md; 0: every hot chunk, 18446744073709551615: none):
- * for tests and benchmarks, since the outputs' bits never depend on it. The environment is
- * read for nothing else. */
-SDM_P1_API sdm_p1_status sdm_p1_plan_create(sdm_p1_plan** plan, const sdm_p1_desc* desc);
-
-/* Frees a plan and everything it allocated, and stops and joins its worker threads (CPU).
- * NULL is accepted and ignored. In a child process forked after the plan's workers started,
- * the workers do not exist: their bookkeeping (a few hundred bytes) is left unfreed. */
-SDM_P1_API sdm_p1_status sdm_p1_plan_destroy(sdm_p1_plan* plan);
-
-/* The options the plan resolved (every UNSET replaced by the library's choice, e.g. the
- * backend, det_fields, rec_tile, num_threads); the allocator as given. When *desc was filled
- * from SDM_P1_DESC_INITIALIZER (its magic set), the library writes the fields of the
- * caller's header and of its own, min(desc->struct_size, its sizeof(sdm_p1_desc)) bytes,
- * and sets struct_size to that; a desc not filled (as 1.1 allowed) receives the 1.0 layout. */
-SDM_P1_API sdm_p1_status sdm_p1_plan_desc(const sdm_p1_plan* plan, sdm_p1_desc* desc);
-
-/* Bytes of workspace the plan holds (allocated at creation through the allocator). */
-SDM_P1_API sdm_p1_status sdm_p1_workspace_size(const sdm_p1_plan* plan, size_t* bytes);
-
-/* Fills views[f] for f < min(count, SDM_P1_FIELD_COUNT), indexed by sdm_p1_field. */
+/* Since 1.0. Fills views[f] for f < min(count, SDM_P1_FIELD_COUNT), indexed by sdm_p1_field. */
 SDM_P1_API sdm_p1_status sdm_p1_outputs(const sdm_p1_plan* plan, sdm_p1_tensor* views, int32_t count);
 
-/* ---------------------------------------------------------------------------------------- */
-/* Execution                                                                                 */
+/* Since 1.3. The output views a plan created from *desc would have, without creating it:
+ * views[f] for f < min(count, SDM_P1_FIELD_COUNT), indexed by sdm_p1_field, as sdm_p1_outputs
+ * gives them (name, dtype, requested, shape, bytes) with data NULL. *desc is validated as by
+ * sdm_p1_plan_create, with the same errors; nothing is allocated and no device is touched
+ * beyond what resolving SDM_P1_BACKEND_AUTO asks (the device count). For frameworks that need
+ * output shapes before any data exist (a tracer's fake tensors, an XLA custom call's result
+ * shapes). */
+SDM_P1_API sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* views, int32_t count);
 
-/* The input pointers of one execute: host memory for the CPU backend, device memory of the
- * plan's device for CUDA; dense row-major, naturally aligned. */
+/* ---------------------------------------------------------------------------------------- */
+/* Forward: the inputs and the execute                                                      */
+
+/* Since 1.0 (grown by 1.2). The input pointers of one execute: host memory for the CPU backend,
+ * device memory of the plan's device for CUDA; dense row-major, naturally aligned. */
 typedef struct sdm_p1_inputs {
     uint32_t struct_size; /* sizeof(sdm_p1_inputs) of the caller's header (the struct-size rule) */
     /* [N, C, W] slot ids of the K entries, index dtype. A token's W slots are normally
@@ -435,7 +484,9 @@ typedef struct sdm_p1_inputs {
     const float* g;
     /* [N, C] float32; needed (non-NULL) when det_fields has DET_KSPA, else ignored. */
     const float* beta;
-    /* Since 1.2. [num_parallel] per-stream lengths, of stream_lengths_dtype; NULL (the
+    /* Since 1.2: stream_lengths, stream_lengths_dtype and reserved (72 bytes on 64-bit
+     * targets); a 1.0 or 1.1 caller's 56-byte struct reads them as NULL, 0 and 0: the
+     * valid_last rule. [num_parallel] per-stream lengths, of stream_lengths_dtype; NULL (the
      * default): the valid_last rule of sdm_p1_desc. Stream s then has stream_lengths[s]
      * valid tokens, in 0..steps * C with steps = N / num_parallel, and chunk c (stream
      * c % num_parallel, step c / num_parallel) has clamp(stream_lengths[s] - step * C, 0, C)
@@ -460,10 +511,15 @@ typedef struct sdm_p1_inputs {
     int32_t reserved;
 } sdm_p1_inputs;
 
+/* Since 1.0. */
 #define SDM_P1_INPUTS_INITIALIZER \
     { sizeof(sdm_p1_inputs), NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0 }
 
-/* Computes every requested output of the plan for the given inputs.
+/* Since 1.3. Fills *inputs with SDM_P1_INPUTS_INITIALIZER's values (every pointer NULL, the
+ * valid_last rule), as sdm_p1_desc_init fills a descriptor, by the same rules. */
+SDM_P1_API sdm_p1_status sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct_size);
+
+/* Since 1.0. Computes every requested output of the plan for the given inputs.
  * outputs: NULL with count 0 in SDM_P1_OUTPUTS_PLAN mode (the plan's buffers); otherwise an
  *   array indexed by sdm_p1_field of `count` pointers (count <= SDM_P1_FIELD_COUNT; fields
  *   at or past count are treated as NULL): each requested field needs a buffer of its view's
@@ -491,86 +547,13 @@ typedef struct sdm_p1_inputs {
 SDM_P1_API sdm_p1_status sdm_p1_execute(sdm_p1_plan* plan, const sdm_p1_inputs* inputs, void* const* outputs,
                                         int32_t count, void* stream);
 
-/* ---------------------------------------------------------------------------------------- */
-/* Since 1.1                                                                                 */
+/* ======================================================================================== */
+/* The backward                                                                             */
+/* ======================================================================================== */
 
-/* The data check of the plan's last execute: SDM_P1_SUCCESS when every stream length (1.2)
- * lay in 0..steps * C, every valid token's ids lay in its stream's range and every gate was
- * finite and of magnitude below 2^22; otherwise SDM_P1_ERROR_INVALID_INPUT with the message
- * the CPU backend gives for the same inputs (the first bad stream length; else the first
- * offending chunk, token and lane in chunk order, and the bad value) in
- * sdm_p1_last_error(). The outputs of such an execute are unspecified.
- * CUDA backend: the kernels write the result to the plan's workspace; call this only after
- * the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a
- * device synchronize), from any thread. It copies 48 bytes (56 when there is an offender)
- * from the device with cudaMemcpy, so it also waits for work queued on the legacy default
- * stream. Each execute clears the result first (graph replays too). Since 1.3 an
- * sdm_p1_execute_backward is an execute here too: the result is that of whichever of the two
- * ran last on the plan, its message under that function's name (a backward's also names a
- * bad payload word).
- * CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors).
- * A plan never executed: SDM_P1_SUCCESS.
- *
- * Example (CUDA):
- *   sdm_p1_execute(plan, &in, NULL, 0, stream);
- *   ... more work on stream ...
- *   cudaStreamSynchronize(stream);
- *   if (sdm_p1_execute_status(plan) == SDM_P1_ERROR_INVALID_INPUT)
- *       fprintf(stderr, "bad data: %s\n", sdm_p1_last_error());
- */
-SDM_P1_API sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan);
-
-/* The number of CUDA devices the CUDA backend can use, in *count: 0 when the backend is built
- * in but the machine has no NVIDIA driver or no device (SDM_P1_SUCCESS); 0 with
- * SDM_P1_ERROR_BACKEND_UNAVAILABLE when this library was built without the CUDA backend. */
-SDM_P1_API sdm_p1_status sdm_p1_cuda_device_count(int32_t* count);
-
-/* ---------------------------------------------------------------------------------------- */
-/* Since 1.2                                                                                 */
-
-/* sdm_p1_inputs grows by stream_lengths, stream_lengths_dtype and reserved (72 bytes on
- * 64-bit targets): per-stream lengths given at execute (see the struct). A 1.0 or 1.1
- * caller's 56-byte struct reads them as NULL, 0 and 0: the valid_last rule. */
-
-/* The GPU architectures the CUDA backend carries kernels for, in *list: a space-separated,
- * static string of sm_XY names (machine code, which runs on devices of compute capability
- * X.Y to X.9; sm_XYa: on X.Y alone) and compute_XY names (PTX, compiled by the driver for
- * any device of compute capability X.Y or later; compute_XYa: X.Y alone), e.g.
- * "sm_80 sm_90 sm_100 compute_100" for the release build (Meson option gpu_arch).
- * Without the CUDA backend: "" and SDM_P1_ERROR_BACKEND_UNAVAILABLE. Needs no device. */
-SDM_P1_API sdm_p1_status sdm_p1_cuda_architectures(const char** list);
-
-/* ---------------------------------------------------------------------------------------- */
-/* Since 1.3                                                                                 */
-
-/* Fills *desc with SDM_P1_DESC_INITIALIZER's values, for callers that cannot use the macro
- * (a binding that loads the library at run time, a language without C's initializers), as
- * libgit2's git_clone_options_init. struct_size: the caller's sizeof(sdm_p1_desc), at least
- * the 1.0 layout's and at most UINT32_MAX (else SDM_P1_ERROR_INVALID_ARGUMENT, nothing
- * written). The library writes struct_size bytes: its defaults for the fields both headers
- * have, zero for the fields of a newer header (whose defaults are zero by the struct-size
- * rule); struct_size is set to the caller's size and version to this library's
- * SDM_P1_VERSION_NUMBER. */
-SDM_P1_API sdm_p1_status sdm_p1_desc_init(sdm_p1_desc* desc, size_t struct_size);
-
-/* The same for sdm_p1_inputs and SDM_P1_INPUTS_INITIALIZER (every pointer NULL, the
- * valid_last rule). */
-SDM_P1_API sdm_p1_status sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct_size);
-
-/* The output views a plan created from *desc would have, without creating it: views[f] for
- * f < min(count, SDM_P1_FIELD_COUNT), indexed by sdm_p1_field, as sdm_p1_outputs gives them
- * (name, dtype, requested, shape, bytes) with data NULL. *desc is validated as by
- * sdm_p1_plan_create, with the same errors; nothing is allocated and no device is touched
- * beyond what resolving SDM_P1_BACKEND_AUTO asks (the device count). For frameworks that
- * need output shapes before any data exist (a tracer's fake tensors, an XLA custom call's
- * result shapes). */
-SDM_P1_API sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1_tensor* views, int32_t count);
-
-/* The backward (vector-Jacobian product) of Phase 1: docs/backward.md has the formulas, the
- * fixed summing order and the float64 reference it is tested against.
- *
- * sdm_p1_desc grows by `backward` and `grad_dtype` (168 bytes on 64-bit targets); a 1.0 to
- * 1.2 caller's 160-byte struct reads them as 0: a forward-only plan.
+/* Since 1.3. The backward (vector-Jacobian product) of Phase 1: docs/backward.md has the
+ * formulas, the fixed summing order and the float64 reference it is tested against. A plan runs
+ * it when created with sdm_p1_desc.backward = 1 (1.3).
  *
  * Differentiable outputs, with their upstream gradients (grads[f] below) and what they
  * depend on:
@@ -588,11 +571,12 @@ SDM_P1_API sdm_p1_status sdm_p1_describe_outputs(const sdm_p1_desc* desc, sdm_p1
  * only output beta enters: without a KSPA gradient the beta gradient is +0.0. Every other
  * field (the integers, flags, layouts and repeats) is not differentiable. */
 
-/* The input gradients sdm_p1_execute_backward writes, in the caller's buffers (host memory
- * for a CPU plan). NULL: not computed. Fill it from SDM_P1_INPUT_GRADS_INITIALIZER (the
- * struct-size rule; its oldest layout is 1.3's, 40 bytes on 64-bit targets). Each one given is overwritten whole: padding tokens
- * get +0.0, and so do the per-write gates of repeat lanes (a K entry that repeats a slot its
- * token already wrote adds no gate). Dense, row-major, naturally aligned. */
+/* Since 1.3. The input gradients sdm_p1_execute_backward writes, in the caller's buffers (host
+ * memory for a CPU plan). NULL: not computed. Fill it from SDM_P1_INPUT_GRADS_INITIALIZER (the
+ * struct-size rule; its oldest layout is 1.3's, 40 bytes on 64-bit targets). Each one given is
+ * overwritten whole: padding tokens get +0.0, and so do the per-write gates of repeat lanes (a
+ * K entry that repeats a slot its token already wrote adds no gate). Dense, row-major,
+ * naturally aligned. */
 typedef struct sdm_p1_input_grads {
     uint32_t struct_size; /* sizeof(sdm_p1_input_grads) of the caller's header */
     uint32_t reserved;    /* must be 0 */
@@ -606,13 +590,20 @@ typedef struct sdm_p1_input_grads {
     float* beta;
 } sdm_p1_input_grads;
 
+/* Since 1.3. */
 #define SDM_P1_INPUT_GRADS_INITIALIZER \
     { sizeof(sdm_p1_input_grads), 0, NULL, NULL, NULL, NULL }
 
-/* Computes the gradients of L = sum over the given fields f of <grads[f], output f> with
- * respect to k_val, q_val, g and beta, for the outputs a forward of this plan computes from
- * `inputs`. The plan must have been created with desc.backward = 1.
- * inputs:  the forward's: k_val, q_val, g and stream_lengths as at sdm_p1_execute; beta when
+/* Since 1.4. Fills *grads with SDM_P1_INPUT_GRADS_INITIALIZER's values (reserved 0, every
+ * pointer NULL: no gradient requested), as sdm_p1_desc_init fills a descriptor, by the same
+ * rules: struct_size at least the 1.3 layout's (40 bytes on 64-bit targets) and at most
+ * UINT32_MAX, else SDM_P1_ERROR_INVALID_ARGUMENT with nothing written. */
+SDM_P1_API sdm_p1_status sdm_p1_input_grads_init(sdm_p1_input_grads* grads, size_t struct_size);
+
+/* Since 1.3. Computes the gradients of L = sum over the given fields f of <grads[f], output f>
+ * with respect to k_val, q_val, g and beta, for the outputs a forward of this plan computes
+ * from `inputs`. The plan must have been created with desc.backward = 1. inputs:  the
+ * forward's: k_val, q_val, g and stream_lengths as at sdm_p1_execute; beta when
  *          a KSPA gradient is given (else not read); k_idx and q_idx when payload is NULL
  *          (else not read, and they may be NULL). Ids, gates and stream lengths are checked
  *          as at sdm_p1_execute, with the same messages under this function's name.
@@ -657,6 +648,44 @@ typedef struct sdm_p1_input_grads {
 SDM_P1_API sdm_p1_status sdm_p1_execute_backward(sdm_p1_plan* plan, const sdm_p1_inputs* inputs, const int32_t* payload,
                                                  const void* const* grads, int32_t count, const sdm_p1_input_grads* out,
                                                  void* stream);
+
+/* ======================================================================================== */
+/* Errors                                                                                   */
+/* ======================================================================================== */
+
+/* Since 1.0. A constant name for a status code ("SDM_P1_ERROR_INVALID_ARGUMENT", ...); never
+ * NULL. */
+SDM_P1_API const char* sdm_p1_status_string(sdm_p1_status status);
+
+/* Since 1.0. The message of the calling thread's last failed call ("" if none yet); never NULL.
+ * Valid until the thread's next libsdmp1 call. Successful calls leave it unchanged. */
+SDM_P1_API const char* sdm_p1_last_error(void);
+
+/* Since 1.1. The data check of the plan's last execute: SDM_P1_SUCCESS when every stream length
+ * (1.2) lay in 0..steps * C, every valid token's ids lay in its stream's range and every gate
+ * was finite and of magnitude below 2^22; otherwise SDM_P1_ERROR_INVALID_INPUT with the message
+ * the CPU backend gives for the same inputs (the first bad stream length; else the first
+ * offending chunk, token and lane in chunk order, and the bad value) in sdm_p1_last_error().
+ * The outputs of such an execute are unspecified.
+ * CUDA backend: the kernels write the result to the plan's workspace; call this only after
+ * the stream of that execute has been synchronized (cudaStreamSynchronize, an event, or a
+ * device synchronize), from any thread. It copies 48 bytes (56 when there is an offender)
+ * from the device with cudaMemcpy, so it also waits for work queued on the legacy default
+ * stream. Each execute clears the result first (graph replays too). Since 1.3 an
+ * sdm_p1_execute_backward is an execute here too: the result is that of whichever of the two
+ * ran last on the plan, its message under that function's name (a backward's also names a
+ * bad payload word).
+ * CPU backend: always SDM_P1_SUCCESS (execute itself returns data errors).
+ * A plan never executed: SDM_P1_SUCCESS.
+ *
+ * Example (CUDA):
+ *   sdm_p1_execute(plan, &in, NULL, 0, stream);
+ *   ... more work on stream ...
+ *   cudaStreamSynchronize(stream);
+ *   if (sdm_p1_execute_status(plan) == SDM_P1_ERROR_INVALID_INPUT)
+ *       fprintf(stderr, "bad data: %s\n", sdm_p1_last_error());
+ */
+SDM_P1_API sdm_p1_status sdm_p1_execute_status(sdm_p1_plan* plan);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,7 @@
 
 /* The version of this header. The soname is libsdmp1.so.<major>; minor releases only add. */
 #define SDM_P1_VERSION_MAJOR 1
-#define SDM_P1_VERSION_MINOR 3
+#define SDM_P1_VERSION_MINOR 4
 #define SDM_P1_VERSION_PATCH 0
 
 #endif /* SDM_PHASE1_VERSION_H */

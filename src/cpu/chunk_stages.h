@@ -2,8 +2,8 @@
 // forward, scans backward, records, pair sums. Each is the twin of a stage of the general CUDA
 // kernel (phase1_kernel in kernels/phase1_kernel.cuh, a header per stage) and writes the same
 // arrays (ChunkScratch, chunk.h: the kernel's names), at the same index, by the stage's end:
-// docs/design.md, "The stages", lists them, and tests/test_stage_dump.cpp (the CPU) and
-// tests/test_stage_dump_cuda.cu (both) check them stage by stage. compute_chunk (chunk.cpp)
+// docs/design.md, "The stages", lists them, and tests/stage_dump/test_stage_dump.cpp (the CPU) and
+// tests/stage_dump/test_stage_dump_cuda.cu (both) check them stage by stage. compute_chunk (chunk.cpp)
 // runs them all; the backward (chunk_backward.cpp) runs the first five, then list_writes and
 // the walk of an entry's earlier writes. Inline, so each caller's entry function inlines them whole (its
 // flatten attribute).

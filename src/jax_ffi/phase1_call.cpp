@@ -4,6 +4,7 @@
 #include <sstream>
 #include <string>
 
+#include "../field_sets.h"
 #include "plan_cache.h"
 
 namespace sdmp1_jax {
@@ -164,49 +165,44 @@ void set_inputs(const ffi::AnyBuffer& k_idx, const ffi::AnyBuffer& q_idx, const 
 }
 
 // The dtype and shape of field f's upstream gradient (docs/backward.md); false for a field that
-// is not differentiable.
+// is not differentiable (src/field_sets.h).
 bool upstream_layout(int f, const sdm_p1_desc& d, ffi::DataType* dtype, Dims* dims) {
-    const ffi::DataType value = ffi_dtype(d.value_dtype);
+    switch (sdm_p1::upstream_of(f)) {
+        case sdm_p1::Upstream::kNone:
+            return false;
+        case sdm_p1::Upstream::kFloat32:
+            *dtype = ffi::DataType::F32;
+            break;
+        case sdm_p1::Upstream::kValueDtype:
+            *dtype = ffi_dtype(d.value_dtype);
+            break;
+    }
     switch (f) {
         case SDM_P1_FIELD_A:
         case SDM_P1_FIELD_QK:
-            *dtype = ffi::DataType::F32;
             *dims = {3, {d.N, d.C, d.C}};
-            return true;
+            break;
         case SDM_P1_FIELD_LOG_K:
         case SDM_P1_FIELD_REX:
-            *dtype = ffi::DataType::F32;
-            *dims = {3, {d.N, d.C, d.W}};
-            return true;
-        case SDM_P1_FIELD_LOG_Q:
-            *dtype = ffi::DataType::F32;
-            *dims = {3, {d.N, d.C, d.R}};
-            return true;
         case SDM_P1_FIELD_CPE:
         case SDM_P1_FIELD_K_EFF:
-            *dtype = value;
             *dims = {3, {d.N, d.C, d.W}};
-            return true;
+            break;
+        case SDM_P1_FIELD_LOG_Q:
         case SDM_P1_FIELD_Q_W:
-            *dtype = value;
             *dims = {3, {d.N, d.C, d.R}};
-            return true;
+            break;
         case SDM_P1_FIELD_KREC:
-            *dtype = ffi::DataType::F32;
             *dims = {3, {d.N, d.C * d.W, 2}};
-            return true;
+            break;
         case SDM_P1_FIELD_KSPA:
-            *dtype = ffi::DataType::F32;
             *dims = {2, {d.N, d.C * d.W, 0}};
-            return true;
-        case SDM_P1_FIELD_QREC:
-        case SDM_P1_FIELD_QREC8:
-            *dtype = ffi::DataType::F32;
+            break;
+        default:   // qrec, qrec8
             *dims = {2, {d.N, d.C * d.R, 0}};
-            return true;
-        default:
-            return false;
+            break;
     }
+    return true;
 }
 
 // The descriptor's options shared by both calls.

@@ -88,7 +88,7 @@ from ._core.types import Phase1
 from .layout import chunk_tokens, from_chunks, to_chunks
 from .recurrence import sdm_layer
 
-#: The loaded library's version string, e.g. "1.3.0".
+#: The loaded library's version string, e.g. "1.4.0".
 __version__ = _ffi.string(_lib.sdm_p1_version_string()).decode()
 #: The version of this Python package: that of the header its declarations mirror (the wheel's
 #: metadata carries the same, Meson's project version; the tests check both).

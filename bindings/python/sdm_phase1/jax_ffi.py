@@ -30,8 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._c import library_path
+from ._core.backward import DIFFERENTIABLE
 from ._core.checks import check_agreement, check_dtypes, check_rank, lengths_dtype_code
-from ._core.dtypes import framework_dtypes
+from ._core.dtypes import INT32, framework_dtypes
 from ._core.fields import EMPTY_DTYPES, REPEATS, VALUE, output_layout
 from ._core.options import call_options, optional_int, require_bool
 from ._core.types import FIELDS, Phase1
@@ -44,10 +45,10 @@ BACKWARD_TARGET = "sdm_phase1.backward"
 _HANDLER_FILE = "libsdmp1_jax.so"
 
 _DTYPES = framework_dtypes(jnp)  # sdm_p1_dtype code -> JAX dtype
-# The outputs JAX can differentiate, with their field ids: the float ones (the records krec,
-# qrec and qrec8 are int32 words in JAX, whose cotangents are float0).
-_DIFFERENTIABLE = {name: FIELDS.index(name)
-                   for name in ("a", "qk", "log_k", "log_q", "rex", "cpe", "k_eff", "q_w", "kspa")}
+# The outputs JAX can differentiate, with their field ids: the differentiable ones that are
+# float arrays (the records krec, qrec and qrec8 are int32 words in JAX, whose cotangents are
+# float0).
+_DIFFERENTIABLE = {name: f for name, f in DIFFERENTIABLE.items() if EMPTY_DTYPES.get(f) != INT32}
 
 
 def _load_handlers(path: str) -> ctypes.CDLL:

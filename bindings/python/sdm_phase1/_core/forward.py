@@ -226,7 +226,7 @@ def _framework_forward(framework: str, k_idx):
     forward = _FORWARDS.get(framework)
     if forward is None:
         if framework == "torch":
-            from .._frameworks.torch_impl import forward
+            from .._frameworks.torch_entry import forward
         elif framework == "cupy":
             from .._frameworks.cupy_impl import forward
         elif framework == "jax":

@@ -10,7 +10,8 @@ synchronizes or reads device memory, so a call can be captured in a CUDA graph.
 
 A call whose inputs require grad while autograd records goes through the operator of
 ``torch_ops`` instead, which has the autograd formula (so the path without grad keeps its host
-time). :func:`run_backward` is that formula's library call, on the same path (:func:`_call_plan`:
+time; ``torch_entry`` chooses, so that ``torch_ops`` imports this module and not the other way
+round). :func:`run_backward` is that formula's library call, on the same path (:func:`_call_plan`:
 key, checks, cached plan, stream), with a plan made with backward = 1 under its own key: CUDA
 tensors on their GPU, without host copies, CPU tensors on the CPU backend.
 
@@ -387,15 +388,8 @@ _TEMPLATES: dict = {}
 def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
             valid_last, need_read_groups, beta, rec_tile, det_fields, check,
             stream_lengths=None) -> Phase1:
-    """phase1_forward on torch tensors (see sdm_phase1.phase1_forward)."""
-    if needs_grad(k_val, q_val, g, beta):
-        from .. import torch_ops  # the operator and its autograd formula
-
-        return torch_ops.phase1_forward(
-            k_idx, q_idx, k_val, q_val, g, repeats, num_parallel=num_parallel,
-            stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,
-            need_read_groups=need_read_groups, beta=beta, rec_tile=rec_tile,
-            det_fields=det_fields, check=check, stream_lengths=stream_lengths)
+    """phase1_forward on torch tensors that need no gradient (see sdm_phase1.phase1_forward;
+    torch_entry.forward sends the others to the operator of torch_ops)."""
     data, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel,
                          stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
                          det_fields, check, stream_lengths)

@@ -107,7 +107,7 @@ pub use types::{
 };
 
 /// The version of the header these bindings were generated from, as
-/// major * 10000 + minor * 100 + patch (10300 for 1.3.0).
+/// major * 10000 + minor * 100 + patch (10400 for 1.4.0).
 pub const HEADER_VERSION: u32 = sys::SDM_P1_VERSION_NUMBER;
 
 /// The version of the library actually loaded, as [`HEADER_VERSION`].
@@ -116,7 +116,7 @@ pub fn version_number() -> u32 {
     unsafe { sys::sdm_p1_version_number() }
 }
 
-/// The version of the library actually loaded, as text (`"1.3.0"`).
+/// The version of the library actually loaded, as text (`"1.4.0"`).
 pub fn version_string() -> &'static str {
     // SAFETY: the library returns a static, NUL-terminated string.
     let text = unsafe { CStr::from_ptr(sys::sdm_p1_version_string()) };

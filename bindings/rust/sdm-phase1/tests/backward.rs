@@ -838,3 +838,89 @@ fn grad_dtypes_and_shapes_resolve() {
         assert_eq!(plan.gradient_shape(field), want, "{field:?}");
     }
 }
+
+/// `DIFFERENTIABLE` and `value_typed` above are the library's sets (src/field_sets.h, their one
+/// definition): an upstream gradient of each field alone is refused as not differentiable
+/// exactly where `DIFFERENTIABLE` leaves it out, and, in a bfloat16 plan, one only 2-byte
+/// aligned is refused as misaligned exactly where it is f32. (`Plan::gradient_shape` is held
+/// to `DIFFERENTIABLE` by grad_dtypes_and_shapes_resolve.)
+#[test]
+fn the_differentiable_set_is_the_library_s() {
+    let mut case = Case::new(2, 4, 2, 2);
+    case.bf16 = true;
+    let data = random_data(&case);
+    let mut desc = case.desc(OutputMode::Plan);
+    desc.backward = 1;
+    let k_idx = aligned(&id_bytes(&case, &data.k_idx));
+    let q_idx = aligned(&id_bytes(&case, &data.q_idx));
+    let k_val = aligned(&value_bytes(&case, &data.k_val));
+    let q_val = aligned(&value_bytes(&case, &data.q_val));
+    // Zeros with room for any field's gradient (a and qk: N * C * C floats).
+    let upstream = vec![0u64; case.n * case.c * case.c.max(4 * (case.w + case.r)) + 8];
+    let mut dk = vec![0u64; (case.n * case.c * case.w * 2).div_ceil(8)];
+    let mut backward = |field: Field, offset: usize| -> Result<(), (u32, String)> {
+        let mut grads = [ptr::null::<std::ffi::c_void>(); Field::COUNT];
+        grads[field.index()] = upstream.as_ptr().cast::<u8>().wrapping_add(offset).cast();
+        // SAFETY: every pointer names a live buffer of its array's size; the plan is
+        // destroyed before the buffers.
+        unsafe {
+            let mut plan = ptr::null_mut();
+            assert_eq!(
+                sys::sdm_p1_plan_create(&mut plan, &desc),
+                sys::SDM_P1_SUCCESS,
+                "{}",
+                last_error()
+            );
+            let mut inputs = sys::inputs_initializer();
+            inputs.k_idx = k_idx.as_ptr().cast();
+            inputs.q_idx = q_idx.as_ptr().cast();
+            inputs.k_val = k_val.as_ptr().cast();
+            inputs.q_val = q_val.as_ptr().cast();
+            inputs.g = data.g.as_ptr();
+            inputs.beta = data.beta.as_ptr();
+            let mut out = sys::input_grads_initializer();
+            out.k_val = dk.as_mut_ptr().cast();
+            let s = sys::sdm_p1_execute_backward(
+                plan,
+                &inputs,
+                ptr::null(),
+                grads.as_ptr(),
+                Field::COUNT as i32,
+                &out,
+                ptr::null_mut(),
+            );
+            let result = if s == sys::SDM_P1_SUCCESS {
+                Ok(())
+            } else {
+                Err((s, last_error()))
+            };
+            assert_eq!(sys::sdm_p1_plan_destroy(plan), sys::SDM_P1_SUCCESS);
+            result
+        }
+    };
+    for field in Field::ALL {
+        let result = backward(field, 0);
+        if !DIFFERENTIABLE.contains(&field) {
+            let (status, message) = result.expect_err("a gradient of a non-differentiable field");
+            assert_eq!(
+                status,
+                sys::SDM_P1_ERROR_INVALID_ARGUMENT,
+                "{field:?}: {message}"
+            );
+            assert!(
+                message.contains("the output is not differentiable"),
+                "{message}"
+            );
+            continue;
+        }
+        result.unwrap_or_else(|(_, message)| panic!("{field:?}: {message}"));
+        match (value_typed(field), backward(field, 2)) {
+            (true, Ok(())) => {}
+            (false, Err((status, message))) => {
+                assert_eq!(status, sys::SDM_P1_ERROR_INVALID_ARGUMENT, "{message}");
+                assert!(message.contains("not aligned"), "{field:?}: {message}");
+            }
+            (typed, other) => panic!("{field:?} (value-typed: {typed}): {other:?}"),
+        }
+    }
+}

@@ -775,6 +775,95 @@ static void test_init_functions_and_describe(void) {
     CHECK(sdm_p1_describe_outputs(&bad, v, 0) == SDM_P1_SUCCESS);
 }
 
+/* ---- 1.4: sdm_p1_input_grads_init ------------------------------------------------------ */
+
+typedef struct NewerInputGrads {
+    sdm_p1_input_grads grads;
+    uint64_t newer[2]; /* fields of a later header */
+} NewerInputGrads;
+
+static void test_input_grads_init(void) {
+    /* This header's struct: every field at the macro's value, every byte as the macro's. */
+    const sdm_p1_input_grads macro = SDM_P1_INPUT_GRADS_INITIALIZER;
+    sdm_p1_input_grads fn;
+    memset(&fn, 0xAB, sizeof fn);
+    CHECK(sdm_p1_input_grads_init(&fn, sizeof fn) == SDM_P1_SUCCESS);
+    CHECK(fn.struct_size == sizeof(sdm_p1_input_grads) && fn.struct_size == macro.struct_size);
+    CHECK(fn.reserved == 0);
+    CHECK(fn.k_val == NULL && fn.q_val == NULL && fn.g == NULL && fn.beta == NULL);
+    CHECK(sizeof fn == 2 * sizeof(uint32_t) + 4 * sizeof(void*)); /* no padding to compare */
+    CHECK(memcmp(&fn, &macro, sizeof fn) == 0);
+
+    /* A newer caller's longer struct: the known fields, zero past them, its own size. */
+    NewerInputGrads ng;
+    memset(&ng, 0xAB, sizeof ng);
+    CHECK(sdm_p1_input_grads_init(&ng.grads, sizeof ng) == SDM_P1_SUCCESS);
+    CHECK(ng.grads.struct_size == sizeof ng && ng.grads.reserved == 0 && ng.grads.k_val == NULL);
+    CHECK(ng.grads.q_val == NULL && ng.grads.g == NULL && ng.grads.beta == NULL);
+    CHECK(ng.newer[0] == 0 && ng.newer[1] == 0);
+
+    /* Refused, writing nothing: NULL, below the 1.3 layout (the oldest), past UINT32_MAX. */
+    memset(&ng, 0xAB, sizeof ng);
+    CHECK(sdm_p1_input_grads_init(NULL, sizeof ng) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "sdm_p1_input_grads_init") != NULL);
+    CHECK(sdm_p1_input_grads_init(&ng.grads, sizeof(sdm_p1_input_grads) - 8) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(strstr(sdm_p1_last_error(), "sdm_p1_input_grads_init: struct_size") != NULL);
+    CHECK(sdm_p1_input_grads_init(&ng.grads, (size_t)UINT32_MAX + 1u) == SDM_P1_ERROR_INVALID_ARGUMENT);
+    CHECK(ng.grads.struct_size == 0xABABABABu && ng.newer[1] == 0xABABABABABABABABull);
+
+    /* A forward then a backward whose gradients' struct comes from the function: the same
+     * bits as with the macro's struct, every gradient written. */
+    Problem p;
+    fill_problem(&p);
+    sdm_p1_desc d = problem_desc();
+    d.det_fields = SDM_P1_DET_ALL;
+    d.backward = 1;
+    sdm_p1_plan* plan = NULL;
+    CHECK(sdm_p1_plan_create(&plan, &d) == SDM_P1_SUCCESS);
+    if (plan == NULL) return;
+    const sdm_p1_inputs in = problem_inputs(&p);
+    CHECK(sdm_p1_execute(plan, &in, NULL, 0, NULL) == SDM_P1_SUCCESS);
+    sdm_p1_tensor v[SDM_P1_FIELD_COUNT];
+    CHECK(sdm_p1_outputs(plan, v, SDM_P1_FIELD_COUNT) == SDM_P1_SUCCESS);
+    static float up_a[TN * TC * TC], up_kspa[TN * TC * TW], up_log_q[TN * TC * TR];
+    for (int i = 0; i < TN * TC * TC; ++i) up_a[i] = 0.5f + 0.0625f * (float)(i % 7);
+    for (int i = 0; i < TN * TC * TW; ++i) up_kspa[i] = -0.25f * (float)(i % 3);
+    for (int i = 0; i < TN * TC * TR; ++i) up_log_q[i] = 0.125f * (float)(i % 5) - 0.25f;
+    const void* grads[SDM_P1_FIELD_COUNT] = {NULL};
+    grads[SDM_P1_FIELD_A] = up_a;
+    grads[SDM_P1_FIELD_KSPA] = up_kspa;
+    grads[SDM_P1_FIELD_LOG_Q] = up_log_q;
+    static float dk[2][TN * TC * TW], dq[2][TN * TC * TR], dg[2][TN * TC], db[2][TN * TC];
+    memset(dk, 0xFF, sizeof dk); /* NaN patterns: every element must be overwritten */
+    memset(dq, 0xFF, sizeof dq);
+    memset(dg, 0xFF, sizeof dg);
+    memset(db, 0xFF, sizeof db);
+    for (int k = 0; k < 2; ++k) {
+        sdm_p1_input_grads out = SDM_P1_INPUT_GRADS_INITIALIZER;
+        if (k == 1) {
+            memset(&out, 0xAB, sizeof out);
+            CHECK(sdm_p1_input_grads_init(&out, sizeof out) == SDM_P1_SUCCESS);
+        }
+        out.k_val = dk[k];
+        out.q_val = dq[k];
+        out.g = dg[k];
+        out.beta = db[k];
+        CHECK(sdm_p1_execute_backward(plan, &in, (const int32_t*)v[SDM_P1_FIELD_PAYLOAD].data, grads,
+                                      SDM_P1_FIELD_COUNT, &out, NULL) == SDM_P1_SUCCESS);
+    }
+    CHECK(memcmp(dk[0], dk[1], sizeof dk[0]) == 0 && memcmp(dq[0], dq[1], sizeof dq[0]) == 0);
+    CHECK(memcmp(dg[0], dg[1], sizeof dg[0]) == 0 && memcmp(db[0], db[1], sizeof db[0]) == 0);
+    int finite = 1, nonzero = 0;
+    for (int i = 0; i < TN * TC * TW; ++i) {
+        finite &= isfinite(dk[1][i]) != 0;
+        nonzero |= dk[1][i] != 0.0f;
+    }
+    for (int i = 0; i < TN * TC; ++i) finite &= isfinite(dg[1][i]) && isfinite(db[1][i]);
+    for (int i = 0; i < TN * TC * TR; ++i) finite &= isfinite(dq[1][i]) != 0;
+    CHECK(finite && nonzero);
+    sdm_p1_plan_destroy(plan);
+}
+
 int main(void) {
     RUN(test_versions_and_statuses);
     RUN(test_cuda_architectures);
@@ -785,6 +874,7 @@ int main(void) {
     RUN(test_allocator_and_output_modes);
     RUN(test_struct_sizes);
     RUN(test_init_functions_and_describe);
+    RUN(test_input_grads_init);
     RUN(test_size_limits);
     RUN(test_hand_worked_chunk);
     return test_summary();

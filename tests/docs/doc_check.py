@@ -9,7 +9,7 @@ def repository_root():
     """The root given on the command line, else the one this file lies in."""
     if len(sys.argv) > 1:
         return sys.argv[1]
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def report(problems, heading, summary):

@@ -5,7 +5,7 @@ Reads README.md, CHANGELOG.md, docs/*.md and bindings/*/README.md; a Markdown li
 relative to the page, and an anchor (#section) into a Markdown page must be one of its
 headings, as a code host makes them (lower case, punctuation dropped, spaces as dashes).
 
-    python3 tests/check_doc_links.py [REPOSITORY_ROOT]
+    python3 tests/docs/check_doc_links.py [REPOSITORY_ROOT]
 """
 
 import glob

@@ -5,7 +5,7 @@ On docs/c.md, docs/python.md and docs/rust.md a program is a line
 followed by a fenced code block, which must equal that file (relative to the page), byte for
 byte; each of those pages must show at least one. Other pages of docs/ may show programs too.
 
-    python3 tests/check_doc_programs.py [REPOSITORY_ROOT]
+    python3 tests/docs/check_doc_programs.py [REPOSITORY_ROOT]
 """
 
 import glob

@@ -1,5 +1,5 @@
 // The stage dump's cases, the CPU stages run one by one with their arrays recorded, and the
-// stage-by-stage comparison (tests/stage_dump.h).
+// stage-by-stage comparison (tests/stage_dump/stage_dump.h).
 #include "stage_dump.h"
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <random>
 
-#include "../src/cpu/chunk_stages.h"
+#include "../../src/cpu/chunk_stages.h"
 
 namespace stage_dump {
 

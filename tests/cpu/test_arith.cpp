@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "../src/phase1_shared.h"
+#include "../../src/phase1_shared.h"
 #include "test_util.h"
 
 using namespace sdm_p1;

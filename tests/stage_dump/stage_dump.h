@@ -1,7 +1,7 @@
 // The stage dump of one chunk: every array each stage writes, as the stage leaves it
 // (docs/design.md, "The stages"), widened to 64-bit words, and the chunk kinds both halves of
-// the stage test run: tests/test_stage_dump.cpp (the CPU stages against an independent
-// computation of each stage's contract) and tests/test_stage_dump_cuda.cu (the general
+// the stage test run: tests/stage_dump/test_stage_dump.cpp (the CPU stages against an independent
+// computation of each stage's contract) and tests/stage_dump/test_stage_dump_cuda.cu (the general
 // kernel's stages against the CPU's, stage by stage). Host C++; device code reads only
 // DumpArray and DumpLayout.
 #ifndef SDM_P1_TESTS_STAGE_DUMP_H
@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "../src/input_error.h"
-#include "../src/input_record.h"
-#include "../src/options.h"
-#include "../src/outputs.h"
+#include "../../src/input_error.h"
+#include "../../src/input_record.h"
+#include "../../src/options.h"
+#include "../../src/outputs.h"
 
 namespace stage_dump {
 

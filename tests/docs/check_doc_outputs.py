@@ -1,7 +1,7 @@
 """docs/outputs.md and include/sdm/phase1.h list the same output fields, in the same order,
 with the same shapes and dtypes (the header is the authority; the page restates it).
 
-    python3 tests/check_doc_outputs.py [REPOSITORY_ROOT]
+    python3 tests/docs/check_doc_outputs.py [REPOSITORY_ROOT]
 """
 
 import os

@@ -5,7 +5,7 @@ in README.md is run, unchanged, by the Python running this check, against the li
 PYTHONPATH). It must exit 0. Exits 77 (meson's "skipped") where this Python cannot import
 numpy and cffi, which the package needs.
 
-    python3 tests/check_readme_python.py REPOSITORY_ROOT LIBRARY
+    python3 tests/docs/check_readme_python.py REPOSITORY_ROOT LIBRARY
 """
 
 import importlib.util

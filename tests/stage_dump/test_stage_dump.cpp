@@ -1,10 +1,10 @@
 // The CPU half of the stage test. Chunk by chunk, the CPU backend's stages
-// (src/cpu/chunk_stages.h) run one by one, and the arrays each stage leaves (tests/stage_dump.h)
+// (src/cpu/chunk_stages.h) run one by one, and the arrays each stage leaves (tests/stage_dump/stage_dump.h)
 // are compared, stage by stage, with an independent computation of the stage's contract
 // (docs/design.md, "The stages") from the case's ids, values and gates: the sort is
 // std::stable_sort by slot, a group is a run of one slot, a count is a count. Then the
 // outputs of the stages' run must be those of compute_chunk, the backend's own. The CUDA half
-// (tests/test_stage_dump_cuda.cu) holds the general kernel's stages to the same dumps.
+// (tests/stage_dump/test_stage_dump_cuda.cu) holds the general kernel's stages to the same dumps.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>

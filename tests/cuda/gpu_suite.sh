@@ -2,11 +2,11 @@
 # The whole GPU suite in one command, on a bare GPU machine without network access. From the
 # repository root:
 #
-#   tests/gpu_suite.sh [--only-build] [--no-test] [--no-sanitizer] [--no-python] [--no-bench]
+#   tests/cuda/gpu_suite.sh [--only-build] [--no-test] [--no-sanitizer] [--no-python] [--no-bench]
 #                      [--build-dir DIR] [--arch LIST] [--log-dir DIR]
 #
 # Steps: configure (meson, CUDA enabled, kernels for sm_90 unless --arch), compile, meson test
-# (every C/C++ test, tests/test_cuda, test_arith_device, test_stage_dump_cuda included),
+# (every C/C++ test, tests/cuda/test_cuda, test_arith_device, test_stage_dump_cuda included),
 # test_cuda --quick under compute-sanitizer's memcheck (racecheck, initcheck and synccheck: a
 # few cases of its "cover" and "two_blocks" families), the Python tests
 # against the CUDA build, and the CUDA benchmark (phase1_bench --backend cuda --json).
@@ -18,7 +18,7 @@
 # shellcheck disable=SC2317  # the step and summary functions are called through run_step
 set -euo pipefail
 
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 
 build="build-gpu"
@@ -174,7 +174,7 @@ fi
 
 if [ "$do_sanitizer" = 1 ]; then
     for tool in memcheck racecheck initcheck synccheck; do
-        if [ "$built" = 0 ] || [ ! -x "$build/tests/test_cuda" ]; then
+        if [ "$built" = 0 ] || [ ! -x "$build/tests/cuda/test_cuda" ]; then
             skip_step "sanitizer-$tool" "test_cuda not built"
         elif [ -z "$sanitizer" ]; then
             skip_step "sanitizer-$tool" "compute-sanitizer not found"
@@ -188,19 +188,19 @@ if [ "$do_sanitizer" = 1 ]; then
             if [ "$tool" = memcheck ]; then
                 run_step "sanitizer-$tool" sum_sanitizer \
                     "$sanitizer" --tool "$tool" --leak-check full --error-exitcode 1 \
-                    "$build/tests/test_cuda" --quick
+                    "$build/tests/cuda/test_cuda" --quick
             else
                 run_step "sanitizer-$tool" sum_sanitizer \
                     "$sanitizer" --tool "$tool" --error-exitcode 1 \
-                    "$build/tests/test_cuda" --quick --only cover --limit 3
+                    "$build/tests/cuda/test_cuda" --quick --only cover --limit 3
                 run_step "sanitizer-$tool-two_blocks" sum_sanitizer \
                     "$sanitizer" --tool "$tool" --error-exitcode 1 \
-                    "$build/tests/test_cuda" --quick --only two_blocks
+                    "$build/tests/cuda/test_cuda" --quick --only two_blocks
                 # The backward: six cases of "cover" (each way it is run: payload given and
                 # sorted again, upstream subsets, non-finite upstream, gradient subsets).
                 run_step "sanitizer-$tool-backward" sum_sanitizer \
                     "$sanitizer" --tool "$tool" --error-exitcode 1 \
-                    "$build/tests/test_cuda" --quick --only bwd_cover --limit 6
+                    "$build/tests/cuda/test_cuda" --quick --only bwd_cover --limit 6
             fi
         fi
     done
