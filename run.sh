@@ -292,7 +292,7 @@ test_job() {
     suite "ABI (abidiff)" abi_check
     suite "C/C++ tests (meson test)" meson_tests
     suite "Python tests against the wheel" wheel_tests
-    suite "JAX under jit (libsdmp1_jax, CPU)" jax_tests
+    suite "JAX under jit (the wheel with its jax extra, CPU)" jax_tests
     suite "Rust (tests, clippy, rustfmt, static link)" rust_tests
     suite "examples (CPU)" run_examples
     if [ "${SDMP1_SANITIZE:-1}" != 0 ]; then
@@ -328,7 +328,7 @@ lint() {
     (cd "$root" && shellcheck run.sh .ci/run tests/gpu_suite.sh tests/fuzz/coverage.sh \
         bindings/rust/sdm-phase1-sys/generate.sh)
     step "lint: clang-format on the C, C++ and CUDA sources (style in .clang-format)"
-    (cd "$root" && find bench examples include kernels src tests -type f \
+    (cd "$root" && find bench bindings/python/jax_ffi examples include kernels src tests -type f \
         \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0 |
         xargs -0 "$root/.venv/bin/clang-format" --dry-run --Werror)
 }
@@ -358,9 +358,8 @@ meson_tests() {
 wheel_tests() {
     local wheel="$build-wheel" t0=$SECONDS
     step "Python wheel: pip wheel . (gpu_arch ${SDMP1_GPU_ARCH:-90}), installed into a fresh virtual environment"
-    rm -rf "$wheel/dist" "$wheel/venv"
-    "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$wheel/dist" "$root" \
-        -Csetup-args=-Dgpu_arch="${SDMP1_GPU_ARCH:-90}" -Cbuild-dir="$wheel/meson"
+    rm -rf "$wheel/venv"
+    build_wheel
     local file
     file=$(ls "$wheel"/dist/*.whl)
     echo "wheel: $(basename "$file"), $(du -k "$file" | cut -f1) KiB, built in $((SECONDS - t0)) s"
@@ -380,15 +379,28 @@ wheel_tests() {
     echo "wheel: built, installed and tested in $((SECONDS - t0)) s"
 }
 
-# libsdmp1_jax, the XLA FFI handlers (built only where the build's Python imports jax: now
-# required), and the JAX tests under jit against the build folder. The wheel's tests leave
-# them out: pip's isolated build has no jax, so the wheel has no handlers.
+# The wheel of `pip wheel .` into $build-wheel/dist, its kernels for SDMP1_GPU_ARCH (pip's
+# own default, gpu_arch=auto, would follow the machine's GPUs).
+build_wheel() {
+    rm -rf "$build-wheel/dist"
+    "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$build-wheel/dist" "$root" \
+        -Csetup-args=-Dgpu_arch="${SDMP1_GPU_ARCH:-90}" -Cbuild-dir="$build-wheel/meson"
+}
+
+# JAX under jit as users get it: the wheel (wheel_tests', built where missing) installed with
+# its jax extra into a fresh virtual environment, jax from PyPI and libsdmp1_jax.so from the
+# wheel; no handlers in the wheel fails here (the tests themselves would skip).
 jax_tests() {
-    step "JAX under jit: libsdmp1_jax (-Djax_ffi=enabled), tests/test_jax_ffi.py against $build"
-    meson_cmd configure "$build" -Djax_ffi=enabled
-    meson_cmd compile -C "$build"
-    SDMP1_LIBRARY="$build/libsdmp1.so" "$python" -m pytest -q -p no:cacheprovider \
-        "$root/bindings/python/tests/test_jax_ffi.py" | tee -a "$suite_log"
+    local wheel="$build-wheel" venv="$build-wheel/venv-jax" file
+    [ -n "$(ls "$wheel"/dist/*.whl 2>/dev/null)" ] || build_wheel
+    file=$(ls "$wheel"/dist/*.whl)
+    step "JAX under jit: $(basename "$file")[jax] in a fresh virtual environment, tests/test_jax_ffi.py"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${file}[jax]" pytest
+    (cd "$venv" && "$venv/bin/python" -c 'import sdm_phase1.jax_ffi as j; print("handlers:", j.HANDLER_LIBRARY)')
+    (cd "$venv" && SDMP1_TEST_INSTALLED=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+        "$root/bindings/python/tests/test_jax_ffi.py") | tee -a "$suite_log"
 }
 
 # The ABI of the public header's types and symbols as abidw sees them in the library's debug
