@@ -298,7 +298,7 @@ test_suites=(
     "abi|abi_check|ABI (abidiff)|abidiff of libsdmp1.so against abi/libsdmp1.abi"
     "meson|meson_tests|C/C++ tests (meson test)|meson test: tests/ (capi, cpu, cuda, stage_dump, fuzz, docs)"
     "wheel|wheel_tests|Python tests against the wheel|pip wheel ., installed into a fresh environment, bindings/python/tests"
-    "jax|jax_tests|JAX under jit (libsdmp1_jax, CPU)|libsdmp1_jax built, bindings/python/tests/test_jax_ffi.py"
+    "jax|jax_tests|JAX under jit (the wheel with its jax extra, CPU)|the wheel installed with its jax extra in a fresh environment, bindings/python/tests/test_jax_ffi.py"
     "rust|rust_tests|Rust (tests, clippy, rustfmt, static link)|cargo test (static and shared), clippy, rustfmt, the static-link program"
     "examples|run_examples|examples (CPU)|every example that runs without a GPU"
     "asan|sanitized_tests|C/C++ tests under ASan + UBSan|meson test against an ASan + UBSan build (./build-sanitize)"
@@ -367,7 +367,7 @@ lint() {
     (cd "$root" && shellcheck run.sh .ci/run tests/cuda/gpu_suite.sh tests/fuzz/coverage.sh \
         bindings/rust/sdm-phase1-sys/generate.sh)
     step "lint: clang-format on the C, C++ and CUDA sources (style in .clang-format)"
-    (cd "$root" && find bench examples include kernels src tests -type f \
+    (cd "$root" && find bench bindings/python/jax_ffi examples include kernels src tests -type f \
         \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0 |
         xargs -0 "$root/.venv/bin/clang-format" --dry-run --Werror)
 }
@@ -397,9 +397,8 @@ meson_tests() {
 wheel_tests() {
     local wheel="$build-wheel" t0=$SECONDS
     step "Python wheel: pip wheel . (gpu_arch ${SDMP1_GPU_ARCH:-90}), installed into a fresh virtual environment"
-    rm -rf "$wheel/dist" "$wheel/venv"
-    "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$wheel/dist" "$root" \
-        -Csetup-args=-Dgpu_arch="${SDMP1_GPU_ARCH:-90}" -Cbuild-dir="$wheel/meson"
+    rm -rf "$wheel/venv"
+    build_wheel
     local file
     file=$(ls "$wheel"/dist/*.whl)
     echo "wheel: $(basename "$file"), $(du -k "$file" | cut -f1) KiB, built in $((SECONDS - t0)) s"
@@ -419,15 +418,28 @@ wheel_tests() {
     echo "wheel: built, installed and tested in $((SECONDS - t0)) s"
 }
 
-# libsdmp1_jax, the XLA FFI handlers (built only where the build's Python imports jax: now
-# required), and the JAX tests under jit against the build folder. The wheel's tests leave
-# them out: pip's isolated build has no jax, so the wheel has no handlers.
+# The wheel of `pip wheel .` into $build-wheel/dist, its kernels for SDMP1_GPU_ARCH (pip's
+# own default, gpu_arch=auto, would follow the machine's GPUs).
+build_wheel() {
+    rm -rf "$build-wheel/dist"
+    "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$build-wheel/dist" "$root" \
+        -Csetup-args=-Dgpu_arch="${SDMP1_GPU_ARCH:-90}" -Cbuild-dir="$build-wheel/meson"
+}
+
+# JAX under jit as users get it: the wheel (wheel_tests', built where missing) installed with
+# its jax extra into a fresh virtual environment, jax from PyPI and libsdmp1_jax.so from the
+# wheel; no handlers in the wheel fails here (the tests themselves would skip).
 jax_tests() {
-    step "JAX under jit: libsdmp1_jax (-Djax_ffi=enabled), tests/test_jax_ffi.py against $build"
-    meson_cmd configure "$build" -Djax_ffi=enabled
-    meson_cmd compile -C "$build"
-    SDMP1_LIBRARY="$build/libsdmp1.so" "$python" -m pytest -q -p no:cacheprovider \
-        "$root/bindings/python/tests/test_jax_ffi.py" | tee -a "$suite_log"
+    local wheel="$build-wheel" venv="$build-wheel/venv-jax" file
+    [ -n "$(ls "$wheel"/dist/*.whl 2>/dev/null)" ] || build_wheel
+    file=$(ls "$wheel"/dist/*.whl)
+    step "JAX under jit: $(basename "$file")[jax] in a fresh virtual environment, tests/test_jax_ffi.py"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${file}[jax]" pytest
+    (cd "$venv" && "$venv/bin/python" -c 'import sdm_phase1.jax_ffi as j; print("handlers:", j.HANDLER_LIBRARY)')
+    (cd "$venv" && SDMP1_TEST_INSTALLED=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+        "$root/bindings/python/tests/test_jax_ffi.py") | tee -a "$suite_log"
 }
 
 # The ABI of the public header's types and symbols as abidw sees them in the library's debug

