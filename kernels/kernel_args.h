@@ -68,7 +68,6 @@ struct DeviceStatus {
     unsigned long long backward;
     unsigned long long spread_left;
     unsigned long long spread_claimed;
-    unsigned long long hot_left;   // ~ the chunks the lean kernel left to its hot pass
 };
 
 // Where one of the chunk's arrays lives: `bytes` at `offset` in the block's shared memory or
@@ -155,10 +154,6 @@ struct KernelArgs {
     // words), which then computes only those; null: the main kernel computes every chunk.
     unsigned long long* general_chunks;
     LeanLayout lean;         // the lean kernel's layout (lean.threads == 0: none)
-    // Its hot pass (kernels/lean/README.md): the layout (lean_hot.threads == 0: none) and the
-    // chunks the first pass left it (N words), which it computes or leaves to the main kernel.
-    LeanLayout lean_hot;
-    unsigned long long* hot_chunks;
     bool lean_vec_ids;       // the ids allow the lean kernel's 16-byte loads
     bool lean_vec_entries;   // values, gates and entry fields allow its 4-lane accesses
     // The spread path (kernels/spread/README.md): its layout (spread.capacity == 0: none) and

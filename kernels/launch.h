@@ -27,10 +27,7 @@ struct LaunchConfig {
     size_t scratch_per_block;   // bytes of global scratch per block (0: every array in shared memory)
     LeanLayout lean;            // the lean kernel, launched first where lean.threads != 0
                                 // (kernels/lean/README.md); it leaves the chunks it cannot take
-                                // to its hot pass, or else to the main kernel
-    LeanLayout lean_hot;        // the lean kernel's hot pass, launched after it where
-                                // lean_hot.threads != 0; it leaves the chunks it cannot take to
-                                // the main kernel
+                                // to the main kernel
     SpreadLayout spread;        // the spread kernel, launched last where spread.capacity != 0
                                 // (kernels/spread/README.md); the main kernel hands it the pair
                                 // sums of chunks of many terms
@@ -48,12 +45,12 @@ int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchC
 // kernel (where it has one). `args` is
 // configure's with the execute's pointers set: the inputs (stream_lengths null: the
 // valid_last rule), the outputs, the global scratch (config.grid * config.scratch_per_block
-// bytes, or null), the status, the N words each of chunk_value, wide_chunks,
-// general_chunks and hot_chunks, and the spread slots (config.spread.capacity * slot_bytes bytes). Returns a cudaError_t value (0: success).
+// bytes, or null), the status, the N words each of chunk_value, wide_chunks and
+// general_chunks, and the spread slots (config.spread.capacity * slot_bytes bytes). Returns a cudaError_t value (0: success).
 int launch(const LaunchConfig& config, const KernelArgs& args, void* stream);
 
-// The name of the kernels that compute a plan's chunks first ("lean+hot", "lean" or
-// "general"), for the benchmark and the logs.
+// The name of the kernel that computes a plan's chunks first ("lean" or "general"), for the
+// benchmark and the logs.
 const char* kernel_name(const LaunchConfig& config);
 
 }   // namespace cuda

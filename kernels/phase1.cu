@@ -137,7 +137,6 @@ KernelArgs kernel_constants(const KernelShape& s, const LaunchConfig& c) {
     a.div = Dividers{make_divider(s.W), make_divider(s.R),          make_divider(s.W + s.R),
                      make_divider(s.C), make_divider(s.gate_width), make_divider(s.rec_tile)};
     a.lean = c.lean;
-    a.lean_hot = c.lean_hot;
     a.spread = c.spread;
     return a;
 }
@@ -210,8 +209,6 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     c.grid = static_cast<int>(grid);
     e = static_cast<cudaError_t>(lean_configure(s, device, sms, &c.lean));
     if (e != cudaSuccess) return e;
-    e = static_cast<cudaError_t>(lean_hot_configure(s, c.lean, device, sms, &c.lean_hot));
-    if (e != cudaSuccess) return e;
     e = static_cast<cudaError_t>(spread_configure(s, layout, c, output_bytes, device, sms, &c.spread));
     if (e != cudaSuccess) return e;
     *config = c;
@@ -219,10 +216,7 @@ int configure(const KernelShape& s, int device, size_t output_bytes, LaunchConfi
     return cudaSuccess;
 }
 
-const char* kernel_name(const LaunchConfig& config) {
-    if (config.lean.threads == 0) return "general";
-    return config.lean_hot.threads != 0 ? "lean+hot" : "lean";
-}
+const char* kernel_name(const LaunchConfig& config) { return config.lean.threads != 0 ? "lean" : "general"; }
 
 int launch(const LaunchConfig& config, const KernelArgs& args, void* stream) {
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
@@ -236,11 +230,6 @@ int launch(const LaunchConfig& config, const KernelArgs& args, void* stream) {
         a.lean_vec_entries = lean_entries_vectorized(a.s, a.k_val, a.q_val, a.g, a.out);
         lean_kernel_for(a.s)<<<config.lean.grid, config.lean.threads, config.lean.smem_bytes, st>>>(a);
         e = cudaGetLastError();
-        // Its hot pass takes the chunks it left, and leaves the main kernel those it cannot take.
-        const LeanLayout& hot = config.lean_hot;
-        if (e == cudaSuccess && hot.threads != 0) {
-            e = launch_after_previous(lean_hot_kernel_for(a.s), config, a, st, hot.grid, hot.threads, hot.smem_bytes);
-        }
         if (e == cudaSuccess) e = launch_after_previous(kernel_for(config), config, a, st);
     } else {
         kernel_for(config)<<<config.grid, config.threads, config.smem_bytes, st>>>(args);

@@ -39,10 +39,6 @@ KernelFn wide_log_kernel(const LaunchConfig& c);
 // the plan has none; phase1_lean.cu). Returns a cudaError_t value.
 KernelFn lean_kernel_for(const KernelShape& s);
 int lean_configure(const KernelShape& s, int device, int sms, LeanLayout* layout);
-// The lean kernel's hot pass of a plan's form, and its configuration (hot.threads == 0: none;
-// a plan with no lean kernel has none).
-KernelFn lean_hot_kernel_for(const KernelShape& s);
-int lean_hot_configure(const KernelShape& s, const LeanLayout& lean, int device, int sms, LeanLayout* hot);
 // The spread kernel for a plan's count type; the main kernel of a plan with spread slots
 // (full-size blocks, rows not in sorted order); the spread layout of a plan of launch
 // configuration c whose chunks have `arrays` (spread.capacity == 0: no slots). In

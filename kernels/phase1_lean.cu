@@ -14,22 +14,21 @@ using LeanFn = KernelFn;
 
 namespace {
 
-template <typename Id, typename Value, bool PerWrite, bool Hot>
+template <typename Id, typename Value, bool PerWrite>
 LeanFn lean_of_block(const KernelShape& s) {
-    if (Hot) return lean::lean_kernel<Id, Value, PerWrite, kLeanMaxThreads, true>;
     const bool small = lean_threads(s.C * (s.W + s.R)) <= kLeanSmallBlock;
     return small ? lean::lean_kernel<Id, Value, PerWrite, kLeanSmallBlock>
                  : lean::lean_kernel<Id, Value, PerWrite, kLeanMaxThreads>;
 }
 
-template <typename Id, typename Value, bool Hot>
+template <typename Id, typename Value>
 LeanFn lean_of_gates(const KernelShape& s) {
-    return s.gate_width == 1 ? lean_of_block<Id, Value, false, Hot>(s) : lean_of_block<Id, Value, true, Hot>(s);
+    return s.gate_width == 1 ? lean_of_block<Id, Value, false>(s) : lean_of_block<Id, Value, true>(s);
 }
 
-template <typename Id, bool Hot>
+template <typename Id>
 LeanFn lean_of_values(const KernelShape& s) {
-    return s.bf16 ? lean_of_gates<Id, uint16_t, Hot>(s) : lean_of_gates<Id, float, Hot>(s);
+    return s.bf16 ? lean_of_gates<Id, uint16_t>(s) : lean_of_gates<Id, float>(s);
 }
 
 // The bits of a positive value below 2^63 (bit_width(4096) = 13).
@@ -56,11 +55,7 @@ bool lean_serves(const KernelShape& s) {
 }   // namespace
 
 LeanFn lean_kernel_for(const KernelShape& s) {
-    return s.idx64 ? lean_of_values<int64_t, false>(s) : lean_of_values<int32_t, false>(s);
-}
-
-LeanFn lean_hot_kernel_for(const KernelShape& s) {
-    return s.idx64 ? lean_of_values<int64_t, true>(s) : lean_of_values<int32_t, true>(s);
+    return s.idx64 ? lean_of_values<int64_t>(s) : lean_of_values<int32_t>(s);
 }
 
 int lean_configure(const KernelShape& s, int device, int sms, LeanLayout* layout) {
@@ -97,40 +92,6 @@ int lean_configure(const KernelShape& s, int device, int sms, LeanLayout* layout
         return cudaSuccess;
     }
     return cudaSuccess;   // no room: the main kernel computes every chunk
-}
-
-// The hot pass: one block of kLeanHotThreads an SM for chunks of up to kLeanHotThreads *
-// kLeanHotKeysPerThread entries, with room for every entry grouped where shared memory holds
-// it, and at least for its sort's temporary storage (in the records' bytes).
-int lean_hot_configure(const KernelShape& s, const LeanLayout& lean, int device, int sms, LeanLayout* hot) {
-    *hot = LeanLayout{};
-    const int n = s.C * (s.W + s.R);
-    if (lean.threads == 0 || n > kLeanHotThreads * kLeanHotKeysPerThread) return cudaSuccess;
-    const int entry_bits = std::max(1, bits_of(n - 1)), slot_bits = bits_of(s.num_keys - 1);
-    if (entry_bits + slot_bits > 31) return cudaSuccess;   // the sort needs a bit above the keys
-    const LeanFn kernel = lean_hot_kernel_for(s);
-    SmemLimits limits{};
-    cudaError_t e = raise_smem_limit(kernel, device, &limits);
-    if (e != cudaSuccess) return e;
-    const bool per_token = s.gate_width == 1;
-    const size_t room = limits.room(1), sort_bytes = sizeof(lean::HotSort::TempStorage);
-    const uint32_t least = static_cast<uint32_t>((sort_bytes / kLeanGroupedBytes + 4) / 4 * 4);
-    uint32_t grouped = std::max(least, static_cast<uint32_t>((n + 3) / 4 * 4));
-    LeanLayout l = lean_hot_layout(s.C, s.W, s.R, per_token, grouped);
-    while (l.smem_bytes > room && grouped > least) {
-        grouped -= std::min<uint32_t>(grouped - least, std::max<uint32_t>(4, grouped / 64 / 4 * 4));
-        l = lean_hot_layout(s.C, s.W, s.R, per_token, grouped);
-    }
-    if (l.smem_bytes > room) return cudaSuccess;   // no room: the main kernel takes what the first pass leaves
-    int resident = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kLeanHotThreads, l.smem_bytes);
-    if (e != cudaSuccess) return e;
-    if (resident < 1) return cudaSuccess;
-    l.sort_bits = entry_bits + slot_bits;
-    l.blocks_per_sm = 1;
-    l.grid = static_cast<int>(std::min<int64_t>(s.N, sms));
-    *hot = l;
-    return cudaSuccess;
 }
 
 }   // namespace cuda

@@ -19,18 +19,6 @@ constexpr int kPayBeforeShift = 18;
 constexpr int kPayAfterShift = 22;
 constexpr uint32_t kPayPeerMask = 0xFu;
 constexpr uint32_t kPayPeers = 0xFFu << kPayBeforeShift;
-// The hot pass's groups are larger: there bits 18-29 hold a grouped entry's peers of its kind
-// before it (at most kSortedDistMax, as the sorted rows keep them) and bit 30 of a read says
-// that peers of its kind follow it (a write's kLastK says that none do).
-constexpr uint32_t kHotPayBefore = kSortedDistMax << kPayBeforeShift;
-constexpr uint32_t kHotReadNotLast = kLastK;
-
-// A grouped entry's peer bits in its payload word in LeanArrays::pay.
-template <bool Hot>
-__device__ __forceinline__ uint32_t pay_peer_bits(bool is_q, uint32_t before, uint32_t after) {
-    if (!Hot) return before << kPayBeforeShift | after << kPayAfterShift;
-    return min(before, kSortedDistMax) << kPayBeforeShift | (is_q && after != 0u ? kHotReadNotLast : 0u);
-}
 
 // Marks a grouped entry in LeanArrays::info (else the value is the entry's sorted position).
 constexpr uint16_t kGrouped = 0x8000u;
@@ -44,8 +32,6 @@ struct LeanShared {
     uint32_t grouped;    // grouped entries listed
     uint32_t groups;     // groups of several entries listed
     uint32_t sized[3];   // buckets of two keys, of three, of more
-    uint32_t hwrites;    // the hot pass: grouped writes listed in hwlist
-    uint32_t hbig;       // the hot pass: groups listed in hbig
     uint32_t warp_sums[kLeanMaxThreads / 32];
 };
 
@@ -75,14 +61,6 @@ struct LeanArrays {
     double* gate_exp;
     float* gate_cpe;
     Fix* gate_fix;
-    // The hot pass's (LeanLayout::hwlist ...; null elsewhere).
-    uint16_t* hwlist;
-    uint32_t* hwb;
-    float* hval;
-    double* hrows;
-    uint32_t* htouched;
-    uint2* hbig;   // the groups of more than kLeanWarpGroup entries, in hrows' bytes
-    void* hsort;   // the hot pass's sort's temporary storage, in glog's bytes
 };
 
 __device__ __forceinline__ LeanArrays bind_lean_arrays(char* smem, const LeanLayout& l) {
@@ -113,13 +91,6 @@ __device__ __forceinline__ LeanArrays bind_lean_arrays(char* smem, const LeanLay
     a.gate_exp = reinterpret_cast<double*>(smem + l.gate_exp);
     a.gate_cpe = reinterpret_cast<float*>(smem + l.gate_cpe);
     a.gate_fix = reinterpret_cast<Fix*>(smem + l.gate_fix);
-    a.hwlist = reinterpret_cast<uint16_t*>(smem + l.hwlist);
-    a.hwb = reinterpret_cast<uint32_t*>(smem + l.hwb);
-    a.hval = reinterpret_cast<float*>(smem + l.hval);
-    a.hrows = reinterpret_cast<double*>(smem + l.hrows);
-    a.htouched = reinterpret_cast<uint32_t*>(smem + l.htouched);
-    a.hbig = reinterpret_cast<uint2*>(smem + l.hrows);
-    a.hsort = smem + l.glog;
     return a;
 }
 

@@ -29,95 +29,14 @@ __device__ __forceinline__ int64_t compact_gate(const KernelArgs& a, const Chunk
     return static_cast<int64_t>(fix_shift_down(f, s));
 }
 
-// One group of the hot pass (sorted positions g0 .. g0 + m - 1, grouped-list indices first ..)
-// by a warp, 32 entries at a time: the same facts as sum_groups' thread, its running sums and
-// counts as warp scans. Returns the repeats found (a write of its token's slot right after
-// its token's write; the hot pass leaves such chunks to the general kernel).
+// Every listed group: sums, peers, packed positions, payload words, walkers' terms counted.
 template <bool PerWrite>
-__device__ __forceinline__ uint32_t sum_big_group(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
-                                                  LeanShared& sh, uint32_t g0, uint32_t m, uint32_t first, int s) {
-    const uint32_t lane = threadIdx.x & 31u, below = (1u << lane) - 1u;
-    int64_t carry = 0;
-    uint32_t kb = 0, qb = 0, repeats = 0;
-    int last_t = -1;   // the entry before this 32's first: its token, and whether a write
-    bool last_k = false;
-    for (uint32_t base = 0; base < m; base += 32u) {
-        const uint32_t x = base + lane;
-        const bool in = x < m;
-        const KeyEntry y = key_entry(a, in ? arr.pay[g0 + x] : 0u);
-        const bool write = in && !y.is_q;
-        const int up_t = __shfl_up_sync(kFullWarp, y.t, 1);
-        const bool up_k = __shfl_up_sync(kFullWarp, write, 1);
-        const int prev_t = lane == 0u ? last_t : up_t;
-        const bool prev_k = lane == 0u ? last_k : up_k;
-        const bool repeat = write && prev_k && prev_t == y.t;
-        repeats += repeat ? 1u : 0u;
-        int64_t run = write && !repeat ? compact_gate<PerWrite>(a, k, arr, y, s) : 0;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const int64_t lower = __shfl_up_sync(kFullWarp, run, d);
-            if (lane >= static_cast<uint32_t>(d)) run += lower;
-        }
-        run += carry;
-        const uint32_t writes = __ballot_sync(kFullWarp, write), reads = __ballot_sync(kFullWarp, in && y.is_q);
-        if (in) {
-            arr.glog[first + x] = run;
-            arr.rpos[first + x] = y.is_q ? qb + __popc(reads & below) : kb + __popc(writes & below);
-        }
-        carry = __shfl_sync(kFullWarp, run, 31);
-        kb += __popc(writes);
-        qb += __popc(reads);
-        last_t = __shfl_sync(kFullWarp, y.t, 31);
-        last_k = __shfl_sync(kFullWarp, write, 31);
-    }
-    const uint32_t wfirst = __shfl_sync(kFullWarp, lane == 0u && kb != 0u ? atomicAdd(&sh.hwrites, kb) : 0u, 0);
-    uint32_t written = 0;   // writes before this 32
-    for (uint32_t base = 0; base < m; base += 32u) {
-        const uint32_t x = base + lane, g = first + x;
-        const bool in = x < m;
-        const KeyEntry y = key_entry(a, in ? arr.pay[g0 + x] : 0u);
-        const uint32_t writes = __ballot_sync(kFullWarp, in && !y.is_q);
-        if (in) {
-            const uint32_t before = arr.rpos[g], after = (y.is_q ? qb : kb) - before - 1u;
-            const uint32_t writes_before = written + __popc(writes & below);
-            arr.rpos[g] = static_cast<uint32_t>(pack_position(g0 + x, before, after, true));
-            arr.pay[g0 + x] = payload_word(y.t, y.lane, y.is_q, true) | (x == 0u ? kHead : 0u) |
-                              (!y.is_q && after == 0u ? kLastK : 0u) | pay_peer_bits<true>(y.is_q, before, after);
-            arr.info[y.e] = static_cast<uint16_t>(kGrouped | g);
-            arr.gtotal_lo[g] = static_cast<uint32_t>(static_cast<uint64_t>(carry));
-            arr.gtotal_hi[g] = static_cast<uint32_t>(static_cast<uint64_t>(carry) >> 32);
-            arr.hwb[g] = wfirst | writes_before << 16;
-            if (!y.is_q) arr.hwlist[wfirst + writes_before] = static_cast<uint16_t>(g);
-        }
-        written += __popc(writes);
-    }
-    return repeats;
-}
-
-// The hot pass's groups of more than kLeanWarpGroup entries (listed again in hbig by its
-// sort), a warp each.
-template <bool PerWrite>
-__device__ __forceinline__ uint32_t sum_big_groups(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
-                                                   LeanShared& sh, int s) {
-    uint32_t repeats = 0;
-    for (uint32_t i = threadIdx.x >> 5; i < sh.hbig; i += blockDim.x >> 5) {
-        const uint2 d = arr.hbig[i];
-        repeats += sum_big_group<PerWrite>(a, k, arr, sh, d.x & 0xFFFFu, d.x >> 16, d.y, s);
-    }
-    return repeats;
-}
-
-// Every listed group: sums, peers, packed positions, payload words, walkers' terms counted
-// (the hot pass: its write list and each entry's place against it, lean_hot.cuh; its groups
-// of more than kLeanWarpGroup entries a warp each).
-template <bool PerWrite, bool Hot>
 __device__ __forceinline__ void sum_groups(const KernelArgs& a, const Chunk& k, const LeanArrays& arr, LeanShared& sh) {
     const int s = sh.shift;
-    uint32_t repeats = Hot ? sum_big_groups<PerWrite>(a, k, arr, sh, s) : 0u;
+    uint32_t repeats = 0;
     for (uint32_t i = threadIdx.x; i < sh.groups; i += blockDim.x) {
         const uint2 d = arr.glist[i];
         const uint32_t g0 = d.x & 0xFFFFu, m = d.x >> 16, first = d.y;
-        if (Hot && m > kLeanWarpGroup) continue;   // sum_big_groups's
         // Forward: the log-cumsum and the peers before each entry (kept in rpos for now).
         int64_t run = 0;
         uint32_t kb = 0, qb = 0;
@@ -142,7 +61,6 @@ __device__ __forceinline__ void sum_groups(const KernelArgs& a, const Chunk& k, 
         // Then each entry's position and payload word, and its pair terms: the earlier
         // writes of its group, but for a write those of its own token (right before it).
         uint32_t writes = 0, own = 0;
-        const uint32_t wfirst = Hot && kb != 0u ? atomicAdd(&sh.hwrites, kb) : 0u;
         prev_t = -1;
         prev_k = false;
         for (uint32_t x = 0; x < m; ++x) {
@@ -151,16 +69,11 @@ __device__ __forceinline__ void sum_groups(const KernelArgs& a, const Chunk& k, 
             const uint32_t before = arr.rpos[g], after = (y.is_q ? qb : kb) - before - 1u;
             arr.rpos[g] = static_cast<uint32_t>(pack_position(g0 + x, before, after, true));
             arr.pay[g0 + x] = payload_word(y.t, y.lane, y.is_q, true) | (x == 0 ? kHead : 0u) |
-                              (!y.is_q && after == 0u ? kLastK : 0u) | pay_peer_bits<Hot>(y.is_q, before, after);
+                              (!y.is_q && after == 0u ? kLastK : 0u) | before << kPayBeforeShift |
+                              after << kPayAfterShift;
             arr.info[y.e] = static_cast<uint16_t>(kGrouped | g);
             arr.gtotal_lo[g] = static_cast<uint32_t>(static_cast<uint64_t>(run));
             arr.gtotal_hi[g] = static_cast<uint32_t>(static_cast<uint64_t>(run) >> 32);
-            if (Hot) {
-                arr.hwb[g] = wfirst | writes << 16;
-                if (!y.is_q) arr.hwlist[wfirst + writes] = static_cast<uint16_t>(g);
-                writes += y.is_q ? 0u : 1u;
-                continue;   // the hot pass's pair sums count no terms ahead (lean_hot.cuh)
-            }
             own = !y.is_q && prev_k && prev_t == y.t ? own + 1u : 0u;
             const uint32_t terms = writes - (y.is_q ? 0u : own);
             arr.gterms[g] = static_cast<uint8_t>(terms);   // < kLeanBucketLimit
@@ -173,15 +86,11 @@ __device__ __forceinline__ void sum_groups(const KernelArgs& a, const Chunk& k, 
             prev_k = !y.is_q;
         }
     }
-    if (repeats != 0u) {
-        atomicAdd(&sh.base.repeats, repeats);
-        if (Hot) sh.overflow = 1u;   // the hot pass's pair sums take no repeats: the general kernel does
-    }
+    if (repeats != 0u) atomicAdd(&sh.base.repeats, repeats);
 }
 
-// Every grouped entry's records and pair terms (after place_units has placed the units); the
-// hot pass keeps each value for its pair sums instead (lean_hot.cuh).
-template <typename Value, bool Hot>
+// Every grouped entry's records and pair terms (after place_units has placed the units).
+template <typename Value>
 __device__ __forceinline__ void grouped_records(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
                                                 const LeanShared& sh) {
     const int s = sh.shift;
@@ -199,11 +108,7 @@ __device__ __forceinline__ void grouped_records(const KernelArgs& a, const Chunk
             arr.rrex[g] = f.rex_f32;
             arr.rcpe[g] = to_f32(f.exp_total);
         }
-        if (Hot) {
-            arr.hval[g] = v;
-        } else if (arr.gterms[g] != 0u) {
-            walker_terms<Value>(a, k, arr, y, g, r, v, log, s);
-        }
+        if (arr.gterms[g] != 0u) walker_terms<Value>(a, k, arr, y, g, r, v, log, s);
     }
 }
 

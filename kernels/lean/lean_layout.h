@@ -30,12 +30,6 @@ constexpr int kLeanMinThreads = 64;
 // Bytes of shared memory per grouped entry: its compact log (8), five record words and its
 // pair-term count.
 constexpr size_t kLeanGroupedBytes = 8 + 5 * 4 + 1;
-// The hot pass's block: 1024 threads, each sorting 4 keys (chunks of up to 4096 entries) by a
-// block radix sort of the whole key.
-constexpr int kLeanHotThreads = 1024;
-constexpr int kLeanHotKeysPerThread = 4;
-// Its groups of more than this many entries are summed by a warp (lean_groups.cuh).
-constexpr uint32_t kLeanWarpGroup = 16;
 
 // Byte offsets of the lean kernel's arrays in a block's dynamic shared memory, with the
 // plan's choices; threads == 0: the plan has no lean kernel. n = C * (W + R) entries,
@@ -45,7 +39,6 @@ struct LeanLayout {
     int blocks_per_sm;        // resident blocks an SM the layout was sized for
     int grid;                 // blocks (persistent: each loops over chunks)
     int bucket_shift;         // a 32-bit sort key >> bucket_shift is its bucket
-    bool hot;                 // the hot pass's layout (lean_hot_layout)
     uint32_t max_grouped;     // grouped entries a chunk at most (records' room)
     uint32_t term_capacity;   // pair terms a chunk at most (they take the sort's room)
     // uint32[row] by sorted position: the sort keys, then the payload words
@@ -57,7 +50,7 @@ struct LeanLayout {
     // the pair terms (PairTerm[term_capacity], then uint8 cells) in the bytes of starts
     uint32_t terms;
     // the buckets of two keys, of three and of more (uint16[sized_room[0]], [1], [2]; more: the
-    // chunk goes to the next pass), in the bytes of glog until stage "groups" starts
+    // chunk goes to the general kernel), in the bytes of glog until stage "groups" starts
     uint32_t sized_room[3];
     // by grouped-list index: int64 compact log, then uint32 / float records: packed position,
     // log, scaled value (k_eff or q_w as float), rex, cpe, and uint8 pair terms (a walker's).
@@ -74,14 +67,6 @@ struct LeanLayout {
     // per-token gates: float[C] log (fix_to_f32), double[C] exp (exp_fix), float[C] cpe
     // (to_f32 of the exp) and Fix[C] the gate
     uint32_t gate_f32, gate_exp, gate_cpe, gate_fix;
-    // The hot pass's arrays (0 elsewhere), by grouped-list index: uint16 hwlist, each group's
-    // writes in order (at its group's start in it); uint32 hwb, the group's start in hwlist
-    // | the writes before the entry in its group << 16; float hval, the value. Then per warp a
-    // double row of C cells
-    // (hrows; until stage "groups" ends, the list of the groups a warp sums) and its C bits of
-    // cells with terms (htouched). Its sort's temporary storage lies at glog.
-    uint32_t hwlist, hwb, hval, hrows, htouched;
-    int sort_bits;   // the hot pass: a sort key's significant bits (slot and entry)
     uint32_t smem_bytes;
 };
 
@@ -142,31 +127,6 @@ inline LeanLayout lean_layout(int C, int W, int R, bool per_token_gates, int thr
 // Shared memory of the layout's arrays other than the grouped entries' records.
 inline size_t lean_fixed_bytes(int C, int W, int R, bool per_token_gates, int threads) {
     return lean_layout(C, W, R, per_token_gates, threads, 0).smem_bytes;
-}
-
-// The hot pass's layout: lean_layout's without the buckets (the hot pass sorts by a block
-// radix sort whose temporary storage, `sort_bytes`, lies in the grouped records' bytes:
-// max_grouped >= sort_bytes / kLeanGroupedBytes), and the hot arrays after.
-inline LeanLayout lean_hot_layout(int C, int W, int R, bool per_token_gates, uint32_t max_grouped) {
-    const size_t n = static_cast<size_t>(C) * (W + R);
-    LeanLayout l = lean_layout(C, W, R, per_token_gates, kLeanMinThreads, max_grouped);   // the fewest buckets
-    l.threads = kLeanHotThreads;
-    l.hot = true;
-    size_t at = l.smem_bytes;
-    const auto take = [&at](size_t bytes) {
-        const size_t offset = at;
-        at += lean_align16(bytes);
-        return static_cast<uint32_t>(offset);
-    };
-    const size_t g = max_grouped, warps = kLeanHotThreads / 32;
-    l.hwlist = take(2 * g);
-    l.hwb = take(4 * g);
-    l.hval = take(4 * g);
-    // the rows, and until stage "groups" ends the list of its large groups (uint2 each)
-    l.hrows = take(8 * std::max(warps * static_cast<size_t>(C), n / (kLeanWarpGroup + 1) + 1));
-    l.htouched = take(4 * warps * ((static_cast<size_t>(C) + 31) / 32));
-    l.smem_bytes = static_cast<uint32_t>(at);
-    return l;
 }
 
 }   // namespace cuda

@@ -24,9 +24,7 @@ struct ThreadKeys {
     uint32_t rank[kLeanKeysPerThread / 8];   // 4 bits a slot: its arrival in its bucket
 };
 
-// Sets the chunk's block-wide scalars and clears the arrays that are summed into (the hot
-// pass has no bucket counters).
-template <bool Hot>
+// Sets the chunk's block-wide scalars and clears the arrays that are summed into.
 __device__ __forceinline__ void begin_chunk(const KernelArgs& a, const LeanArrays& arr, LeanShared& sh) {
     if (threadIdx.x == 0) {
         sh.base.error_code = kNoError;
@@ -37,12 +35,9 @@ __device__ __forceinline__ void begin_chunk(const KernelArgs& a, const LeanArray
         sh.grouped = 0;
         sh.groups = 0;
         sh.sized[0] = sh.sized[1] = sh.sized[2] = 0;
-        sh.hwrites = sh.hbig = 0;
     }
     const int buckets = kLeanBucketsPerThread * static_cast<int>(blockDim.x);
-    if (!Hot) {
-        for (int x = threadIdx.x; x <= buckets / 2; x += blockDim.x) arr.starts[x] = 0u;
-    }
+    for (int x = threadIdx.x; x <= buckets / 2; x += blockDim.x) arr.starts[x] = 0u;
     const int masks = a.s.C * (mask_words(a.s.W) + mask_words(a.s.R));
     for (int x = threadIdx.x; x < masks; x += blockDim.x) arr.wmask[x] = 0u;
     for (int x = threadIdx.x; x <= 2 * a.s.C; x += blockDim.x) arr.units[x] = 0u;

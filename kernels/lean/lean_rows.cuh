@@ -41,16 +41,8 @@ __device__ __forceinline__ void count_writes(const Chunk& k, const LeanArrays& a
     }
 }
 
-// The payload word the output gets: without the pass's peer bits.
-template <bool Hot>
-__device__ __forceinline__ uint32_t output_word(uint32_t p) {
-    if (!Hot) return p & ~kPayPeers;
-    return p & ~kHotPayBefore & ~((p & kIsQ) ? kHotReadNotLast : 0u);
-}
-
 // The sorted payloads, the row's padding, the sorted write and read rows and the rank table;
-// four positions a thread. The peer bits are the pass's (pay_peer_bits).
-template <bool Hot>
+// four positions a thread.
 __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, const LeanArrays& arr) {
     const OutputBuffers& out = a.out;
     const int n = k.n, row = (n + kRowAlign - 1) / kRowAlign * kRowAlign;
@@ -61,8 +53,8 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
         const uint4 words = *reinterpret_cast<const uint4*>(arr.pay + r0);
         const uint32_t p[4] = {r0 < n ? words.x : kTailPayload, r0 + 1 < n ? words.y : kTailPayload,
                                r0 + 2 < n ? words.z : kTailPayload, r0 + 3 < n ? words.w : kTailPayload};
-        const int4 out4 = make_int4(static_cast<int32_t>(output_word<Hot>(p[0])), static_cast<int32_t>(output_word<Hot>(p[1])),
-                                    static_cast<int32_t>(output_word<Hot>(p[2])), static_cast<int32_t>(output_word<Hot>(p[3])));
+        const int4 out4 = make_int4(static_cast<int32_t>(p[0] & ~kPayPeers), static_cast<int32_t>(p[1] & ~kPayPeers),
+                                    static_cast<int32_t>(p[2] & ~kPayPeers), static_cast<int32_t>(p[3] & ~kPayPeers));
         if (aligned) {
             *reinterpret_cast<int4*>(pay_out + r0) = out4;
         } else {
@@ -82,14 +74,8 @@ __device__ __forceinline__ void write_rows(const KernelArgs& a, const Chunk& k, 
             if (r >= n) break;
             const bool is_q = (p[i] & kIsQ) != 0u;
             if (is_q ? !out.spay_q : !out.spay_k) continue;
-            uint32_t before, after;   // after: only whether it is 0 matters
-            if (Hot) {
-                before = (p[i] & kHotPayBefore) >> kPayBeforeShift;
-                after = is_q ? (p[i] & kHotReadNotLast ? 1u : 0u) : (p[i] & kLastK ? 0u : 1u);
-            } else {
-                before = p[i] >> kPayBeforeShift & kPayPeerMask;
-                after = p[i] >> kPayAfterShift & kPayPeerMask;
-            }
+            const uint32_t before = p[i] >> kPayBeforeShift & kPayPeerMask,
+                           after = p[i] >> kPayAfterShift & kPayPeerMask;
             const int32_t elem = sorted_element(p[i], before, after, !(p[i] & kInvalid));
             const uint32_t writes = writes0 + __popc(mask & ((1u << (r & 31)) - 1u));   // before r
             if (is_q) {

@@ -116,15 +116,6 @@ void spread_min_terms(uint64_t* min_terms) {
     if (*end == '\0') *min_terms = v;
 }
 
-// SDMP1_LEAN_HOT=0: no hot pass, the first lean pass leaves its chunks to the main kernel as
-// before the hot pass existed (Backend::prepare; for measuring the hot pass against that).
-void drop_hot_pass(LaunchConfig* c, KernelArgs* a) {
-    const char* const env = std::getenv("SDMP1_LEAN_HOT");
-    if (env == nullptr || std::strcmp(env, "0") != 0) return;
-    c->lean_hot = LeanLayout{};
-    a->lean_hot = LeanLayout{};
-}
-
 // SDMP1_LOG's line (Backend::prepare).
 void log_plan(const Options& o, const LaunchConfig& c, const SpreadLayout& spread) {
     const char* const env = std::getenv("SDMP1_LOG");
@@ -135,11 +126,6 @@ void log_plan(const Options& o, const LaunchConfig& c, const SpreadLayout& sprea
     if (l.threads != 0) {
         std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)", l.grid,
                      l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
-    }
-    const LeanLayout& h = c.lean_hot;
-    if (h.threads != 0) {
-        std::fprintf(stderr, ", lean hot pass (%d blocks of %d threads, %u B shared, %u grouped entries a chunk)",
-                     h.grid, h.threads, h.smem_bytes, h.max_grouped);
     }
     std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)", c.grid, c.threads, c.smem_bytes);
     if (spread.capacity != 0) {
@@ -255,8 +241,7 @@ void Backend::prepare(const Options& o, size_t output_bytes) {
     const size_t values = checked_align_up(checked_mul(static_cast<size_t>(o.N), sizeof(uint64_t), what), 256, what);
     wide_offset_ = checked_add(value_offset_, values, what);
     general_offset_ = checked_add(wide_offset_, values, what);
-    hot_offset_ = checked_add(general_offset_, values, what);
-    scratch_offset_ = checked_add(hot_offset_, values, what);
+    scratch_offset_ = checked_add(general_offset_, values, what);
     size_t scratch = checked_mul(static_cast<size_t>(config_.grid), config_.scratch_per_block, what);
     const size_t slots = checked_mul(static_cast<size_t>(config_.spread.capacity), config_.spread.slot_bytes, what);
     bool lean_in_slots = false;
@@ -280,7 +265,6 @@ void Backend::prepare(const Options& o, size_t output_bytes) {
     if (lean_in_slots) lean_slices_offset_ = spread_offset_;
     workspace_bytes_ = checked_add(spread_offset_, slots, what);
     spread_min_terms(&args_.spread.min_terms);
-    drop_hot_pass(&config_, &args_);
     log_plan(o, config_, args_.spread);
     if (o.backward) log_backward_plan(backward_);
 }
@@ -370,7 +354,6 @@ void Backend::execute(const Options&, const InputRecord& in, void* workspace, vo
     // Null: the main kernel computes every chunk (no lean kernel leaves it a list).
     a.general_chunks =
         config_.lean.threads != 0 ? reinterpret_cast<unsigned long long*>(ws + general_offset_) : nullptr;
-    a.hot_chunks = config_.lean_hot.threads != 0 ? reinterpret_cast<unsigned long long*>(ws + hot_offset_) : nullptr;
     a.spread_slots = config_.spread.capacity != 0 ? ws + spread_offset_ : nullptr;
     check(static_cast<cudaError_t>(launch(config_, a, stream)), "launching the Phase 1 kernel");
 }

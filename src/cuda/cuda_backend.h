@@ -85,10 +85,7 @@ public:
     // speed it does. SDMP1_SPREAD_TERMS, where set to a decimal number, replaces the pair
     // terms from which a chunk's pair sums go to the spread kernel (kernels/spread/README.md;
     // 0: every chunk on the warp path; 18446744073709551615: none), for the tests and the
-    // benchmark: the bits never depend on it. SDMP1_LEAN_HOT=0 runs the plan without the lean
-    // kernel's hot pass (kernels/lean/README.md), the chunks it would take on the main kernel,
-    // for the tests and the benchmark: the bits never depend on it. Nothing else reads the
-    // environment.
+    // benchmark: the bits never depend on it. Nothing else reads the environment.
     void prepare(const Options& o, size_t output_bytes) override;
     size_t workspace_bytes() const override { return workspace_bytes_; }
     size_t alignment() const override { return 256; }
@@ -119,7 +116,6 @@ private:
     size_t value_offset_ = 0;           // uint64[N] bits of each chunk's first bad value
     size_t wide_offset_ = 0;            // uint64[N] the chunks left to the wide-log kernel
     size_t general_offset_ = 0;         // uint64[N] the chunks the lean kernel left to the main kernel
-    size_t hot_offset_ = 0;             // uint64[N] the chunks the lean kernel left to its hot pass
     size_t payload_value_offset_ = 0;   // backward plans: uint64[N] each chunk's first bad payload word
     size_t scratch_offset_ = 0;         // global scratch of the blocks (config_), if any; a backward
                                         // plan's backward slices (backward_) from the same offset

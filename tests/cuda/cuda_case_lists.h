@@ -59,15 +59,15 @@ inline CaseList cover_cases(const ListOptions& o) {
             .bfloat16()
             .value_kind(Values::Mixed)
             .fields(rec),
-        spec("hot-1", 2, 64, 3, 3, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
-        spec("hot-2-perwrite", 2, 64, 3, 1, 2)
+        spec("skewed-1", 2, 64, 3, 3, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed).fields(rec),
+        spec("skewed-2-perwrite", 2, 64, 3, 1, 2)
             .key_mode(Keys::Random)
             .gates_per_write()
             .gate_kind(Gates::Mixed)
             .value_kind(Values::Mixed)
             .fields(rec),
-        spec("hot-16-distinct", 2, 64, 3, 3, 16).key_mode(Keys::Distinct).fields(rec),
-        spec("hot-16-C256", 1, 256, 1, 1, 16).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
+        spec("skewed-16-distinct", 2, 64, 3, 3, 16).key_mode(Keys::Distinct).fields(rec),
+        spec("skewed-16-C256", 1, 256, 1, 1, 16).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
         spec("singletons-int64", 2, 256, 3, 1, big)
             .ids64()
             .key_mode(Keys::Distinct)
@@ -126,7 +126,7 @@ inline CaseList cover_cases(const ListOptions& o) {
             .gate_kind(Gates::Signed)
             .bfloat16()
             .fields(rec),
-        spec("hot-6-C256-W4", 1, 256, 4, 2, 6)
+        spec("skewed-6-C256-W4", 1, 256, 4, 2, 6)
             .key_mode(Keys::Distinct)
             .gate_kind(Gates::Mixed)
             .value_kind(Values::Mixed)
@@ -167,7 +167,7 @@ inline CaseList cover_cases(const ListOptions& o) {
             .gate_kind(Gates::Mixed)
             .value_kind(Values::Mixed)
             .fields(SDM_P1_DET_ALL),
-        spec("hot-1-C256-W2", 1, 256, 2, 2, 1).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
+        spec("skewed-1-C256-W2", 1, 256, 2, 2, 1).key_mode(Keys::Random).gate_kind(Gates::Tiny).fields(rec),
         // one slot, 511 walkers (one a thread) whose terms overflow the one-batch list: the
         // pair sums start in one batch, then take the waves
         spec("one-batch-overflow", 1, 128, 3, 1, 1)
@@ -641,7 +641,7 @@ inline CaseList skewed_cases(const ListOptions& o) {
             .key_mode(Keys::Random)
             .gate_kind(Gates::Normal)
             .value_kind(Values::Mixed),
-        spec("hot-repeats-C64", 4, 64, 32, 32, 40)
+        spec("skewed-repeats-C64", 4, 64, 32, 32, 40)
             .key_mode(Keys::Random)
             .gates_per_write()
             .gate_kind(Gates::Mixed)
@@ -742,7 +742,7 @@ inline CaseList length_cases(const ListOptions& o) {
              .gate_kind(Gates::Mixed)
              .fields(SDM_P1_DET_ALL),
          {Lengths::Mixed, Lengths::Mixed}},
-        {spec("hot-one-slot", 8, 64, 8, 4, 1)
+        {spec("skewed-one-slot", 8, 64, 8, 4, 1)
              .streams(4)
              .key_mode(Keys::Random)
              .gate_kind(Gates::Normal)
@@ -920,37 +920,6 @@ inline CaseList lean_cases(const ListOptions& o) {
             .no_read_groups()
             .gate_kind(Gates::Normal),
     };
-    // The hot pass (kernels/lean/lean_hot.cuh): a group of one bucket at each of its size
-    // classes' edges (16 / 17 keys: insertion sort or a warp's; 1024 / 1025: the hot pass's
-    // limit, past it the general kernel), a chunk of one group and its reads, skewed ids as
-    // S7 draws them (both Zipf laws and exponents 0.8 to 1.5, reads that follow recent writes),
-    // with non-finite values, subnormal gates, per-write gates and per-stream lengths.
-    for (int64_t m : {int64_t{16}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{300}, int64_t{1024}, int64_t{1025}}) {
-        c.push_back(spec("hot-column-" + std::to_string(m), 3, 64, 32, 32, big)
-                        .lean_chunks(Lean::Column, m)
-                        .gate_kind(m % 2 ? Gates::Logsigmoid : Gates::Normal)
-                        .value_kind(m == 300 ? Values::Mixed : Values::Normal));
-    }
-    c.push_back(spec("hot-column-whole-C16", 2, 16, 8, 8, big).lean_chunks(Lean::Column, 16 * 9).gate_kind(Gates::Mixed));
-    c.push_back(spec("hot-S7-zipf1.1", 4, 64, 32, 32, 65536).streams(2, 65536).skewed(1.1).bfloat16());
-    c.push_back(spec("hot-S7-zipf0.8-write", 3, 64, 32, 32, 65536).skewed(0.8).gates_per_write().gate_kind(Gates::Normal));
-    c.push_back(spec("hot-S7-zipf1.5-i64", 3, 64, 32, 32, 65536).ids64().skewed(1.5).gate_kind(Gates::Logsigmoid));
-    c.push_back(spec("hot-zipf-keys-recent-reads", 3, 64, 32, 32, 65536)
-                    .key_mode(Keys::Zipf)
-                    .read_mode(Reads::Recent)
-                    .gate_kind(Gates::Logsigmoid)
-                    .bfloat16());
-    c.push_back(spec("hot-zipf-nonfinite", 3, 64, 32, 32, 65536).skewed(1.1).value_kind(Values::NonFinite));
-    c.push_back(spec("hot-zipf-subnormal-gates", 3, 64, 32, 32, 65536)
-                    .skewed(1.1)
-                    .value_kind(Values::Wide)
-                    .gate_kind(Gates::Subnormal));
-    c.push_back(spec("hot-C128-W64", 2, 128, 64, 64, 262144).skewed(1.1).bfloat16().gate_kind(Gates::Logsigmoid));
-    {
-        Rng hot_rng(mix_seed(o.seed, name_seed("lean-hot-lengths")));
-        CaseSpec s = spec("hot-zipf-lengths", 8, 64, 32, 32, 65536).streams(4, 65536).skewed(1.1).bfloat16();
-        c.push_back(s.stream_lengths(stream_lengths(Lengths::Mixed, s.P, s.steps(), s.C, hot_rng), false));
-    }
     for (int64_t det : {int64_t{0}, int64_t{SDM_P1_DET_POS}, int64_t{SDM_P1_DET_SPAY_RANK}, int64_t{SDM_P1_DET_FLAGS},
                         int64_t{SDM_P1_DET_SPAY_K}, int64_t{SDM_P1_DET_SPAY_Q}}) {
         c.push_back(spec("det" + std::to_string(det), 3, 64, 32, 32, 65536)
@@ -970,6 +939,46 @@ inline CaseList lean_cases(const ListOptions& o) {
         c.push_back(s.stream_lengths(stream_lengths(Lengths::Mixed, s.P, s.steps(), s.C, rng), as64));
     }
     return seeded(thin(c, o, 3), "lean", o);
+}
+
+// Skewed and hot chunks in lean plans (kernels/lean/), which the lean kernel leaves to the
+// general kernel: one slot's group at the lean kernel's bucket limit and past it (16 / 17
+// keys), at a warp's edge (32 / 33) and larger (300, 1024, 1025 writes and reads of one slot),
+// 144 of a chunk's 256 entries in one group, skewed ids as S7 draws them (both Zipf laws and
+// exponents 0.8 to 1.5, reads that follow recent writes), with non-finite values, subnormal
+// gates, per-write gates and per-stream lengths, and at S6's chunk size (C 128, W = R = 64).
+inline CaseList lean_skewed_cases(const ListOptions& o) {
+    const int64_t big = 1 << 17;
+    CaseList c;
+    for (int64_t m : {int64_t{16}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{300}, int64_t{1024}, int64_t{1025}}) {
+        c.push_back(spec("column-" + std::to_string(m), 3, 64, 32, 32, big)
+                        .lean_chunks(Lean::Column, m)
+                        .gate_kind(m % 2 ? Gates::Logsigmoid : Gates::Normal)
+                        .value_kind(m == 300 ? Values::Mixed : Values::Normal));
+    }
+    c.push_back(
+        spec("column-144-of-256-C16", 2, 16, 8, 8, big).lean_chunks(Lean::Column, 16 * 9).gate_kind(Gates::Mixed));
+    c.push_back(spec("skewed-S7-zipf1.1", 4, 64, 32, 32, 65536).streams(2, 65536).skewed(1.1).bfloat16());
+    c.push_back(
+        spec("skewed-S7-zipf0.8-write", 3, 64, 32, 32, 65536).skewed(0.8).gates_per_write().gate_kind(Gates::Normal));
+    c.push_back(spec("skewed-S7-zipf1.5-i64", 3, 64, 32, 32, 65536).ids64().skewed(1.5).gate_kind(Gates::Logsigmoid));
+    c.push_back(spec("skewed-zipf-keys-recent-reads", 3, 64, 32, 32, 65536)
+                    .key_mode(Keys::Zipf)
+                    .read_mode(Reads::Recent)
+                    .gate_kind(Gates::Logsigmoid)
+                    .bfloat16());
+    c.push_back(spec("skewed-zipf-nonfinite", 3, 64, 32, 32, 65536).skewed(1.1).value_kind(Values::NonFinite));
+    c.push_back(spec("skewed-zipf-subnormal-gates", 3, 64, 32, 32, 65536)
+                    .skewed(1.1)
+                    .value_kind(Values::Wide)
+                    .gate_kind(Gates::Subnormal));
+    c.push_back(spec("skewed-C128-W64", 2, 128, 64, 64, 262144).skewed(1.1).bfloat16().gate_kind(Gates::Logsigmoid));
+    {
+        Rng lengths_rng(mix_seed(o.seed, name_seed("lean-skewed-lengths")));
+        CaseSpec s = spec("skewed-zipf-lengths", 8, 64, 32, 32, 65536).streams(4, 65536).skewed(1.1).bfloat16();
+        c.push_back(s.stream_lengths(stream_lengths(Lengths::Mixed, s.P, s.steps(), s.C, lengths_rng), false));
+    }
+    return seeded(thin(c, o, 3), "lean_skewed", o);
 }
 
 // Chunks at the lean backward's limits (kernels/backward/lean/): a group of kSmallGroup = 32

@@ -107,8 +107,7 @@ enum class Values { Normal, Mixed, One, Wide, NonFinite };
 //     chunks distinct slots.
 //   Column: one slot for lean_param entries of distinct tokens, token by token: each token's
 //     lane-0 write, then its reads on every lane as far as needed (a group of exactly
-//     lean_param entries, one bucket of the hot pass: no write repeats its token's slot; reads
-//     of one token repeat it).
+//     lean_param entries: no write repeats its token's slot; reads of one token repeat it).
 enum class Lean { None, Crowd, Pairs, Shared, Repeats, HotChunks, Group, Column };
 
 constexpr int64_t kRecordBits = SDM_P1_DET_KREC | SDM_P1_DET_QREC | SDM_P1_DET_QREC8;
@@ -627,7 +626,8 @@ inline std::pair<std::vector<int64_t>, std::vector<int64_t>> lean_chunk(const Ca
             for (int64_t t = 0; t < C && left > 0; ++t) {
                 k[at(t, 0)] = fresh[0];
                 --left;
-                for (int64_t lane = 0; lane < R && left > 0; ++lane, --left) q[static_cast<size_t>(t * R + lane)] = fresh[0];
+                for (int64_t lane = 0; lane < R && left > 0; ++lane, --left)
+                    q[static_cast<size_t>(t * R + lane)] = fresh[0];
             }
             break;
         }

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <string>
 
-#include "../field_sets.h"
+#include "field_sets.h"   // src/: the library's field sets, header-only
 #include "plan_cache.h"
 
 namespace sdmp1_jax {

@@ -54,6 +54,11 @@ __device__ __forceinline__ void prefetch_backward_chunk(const BackwardArgs& b, i
 
 // The payload row checked and decoded, a warp four blocks of 32 positions at a time (their
 // words loaded first): each valid entry's position, the head and write bits of every position.
+// Besides the checks every backward makes, the lean backward takes only groups whose entries
+// ascend (as every forward's payload has them): its pair sums count a pair for both entries
+// or for neither, which the canon's walks do only where a token's entries of a group are
+// adjacent. A payload in another order (valid, but not a forward's) goes to the general
+// backward, which follows the canon in any order (sh.bad).
 __device__ __forceinline__ void decode_payload(const KernelShape& s, const LbChunk& k, const LbArrays& arr,
                                                LbShared& sh) {
     constexpr int kBlocks = 4;
@@ -72,11 +77,18 @@ __device__ __forceinline__ void decode_payload(const KernelShape& s, const LbChu
             const int r = 32 * (w0 + j) + lane_id();
             const LbEntry x = entry_of_word(p[j]);
             const bool padding = (p[j] & kInvalid) != 0u;
+            const int e = x.t * WR + (x.is_q ? W + x.lane : x.lane);
+            // the entry at r - 1: the lane before's, or for lane 0 the block before's last
+            int before = __shfl_up_sync(kFullWarp, e, 1);
+            if (lane_id() == 0 && r > 0 && r < k.n) {
+                const LbEntry y = entry_of_word(k.row[r - 1]);
+                before = y.t * WR + (y.is_q ? W + y.lane : y.lane);
+            }
             if (r < k.n) {
                 bool ok = x.t < s.C && x.lane < (x.is_q ? R : W) && padding == (x.t >= k.t_valid) &&
-                          !(padding && r < k.nv) && !(r == 0 && !padding && !(p[j] & kHead));
+                          !(padding && r < k.nv) && !(r == 0 && !padding && !(p[j] & kHead)) &&
+                          !(r > 0 && r < k.nv && !(p[j] & kHead) && e <= before);   // ascending in its group
                 if (ok) {
-                    const int e = x.t * WR + (x.is_q ? W + x.lane : x.lane);
                     const uint32_t bit = 1u << (e & 31);
                     if (atomicOr(&arr.seen[e >> 5], bit) & bit) ok = false;   // named twice
                     if (!padding) arr.position[e] = static_cast<uint16_t>(r);
