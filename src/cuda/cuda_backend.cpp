@@ -9,6 +9,7 @@
 
 #include "../checked_size.h"
 #include "../errors.h"
+#include "../field_sets.h"
 #include "../input_error.h"
 #include "../payload_error.h"
 #include "architectures.h"
@@ -177,7 +178,7 @@ KernelShape kernel_shape(const Options& o) {
     s.slots = records && s.sorted_rows;
     // The usual plans (the spec's default fields or fewer) get a kernel without the other
     // fields' code.
-    s.shipped_fields = !records && !o.has(SDM_P1_DET_KSPA) && !s.group_counts;
+    s.shipped_fields = within_shipped(o.det_fields);
     return s;
 }
 
@@ -381,6 +382,7 @@ void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* 
         {b.up.log_q, "grads[3] (log_q)"}, {b.up.rex, "grads[4] (rex)"},    {b.up.cpe, "grads[5] (cpe)"},
         {b.up.k_eff, "grads[8] (k_eff)"}, {b.up.q_w, "grads[9] (q_w)"},    {b.up.krec, "grads[18] (krec)"},
         {b.up.kspa, "grads[19] (kspa)"},  {b.up.qrec, "grads[20] (qrec)"}, {b.up.qrec8, "grads[27] (qrec8)"}};
+    static_assert(sizeof upstream / sizeof upstream[0] == differentiable_count(), "every differentiable field");
     for (const auto& u : upstream) {
         if (u.data != nullptr) memory.require(u.data, "", u.name);
     }

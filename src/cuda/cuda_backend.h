@@ -16,7 +16,7 @@ namespace sdm_p1 {
 namespace cuda {
 
 // The kernel's compile-time shape of a plan: which fields, layouts and paths its kernels
-// build in (tests/test_stage_dump_cuda.cu forces some of them on).
+// build in (tests/stage_dump/test_stage_dump_cuda.cu forces some of them on).
 KernelShape kernel_shape(const Options& o);
 
 // Devices the backend can use; 0 (with the runtime's reason in *why) when there is no driver

@@ -1,4 +1,4 @@
-// The backward (sdm_p1_execute_backward) on both backends for tests/test_cuda.cpp: upstream
+// The backward (sdm_p1_execute_backward) on both backends for tests/cuda/test_cuda.cpp: upstream
 // gradients for a case (random, zero, with NaN and infinities; any subset given, NULL for the
 // rest; NaN in every cell the backward never reads), one backward on the CPU backend (the
 // definition of every bit) and on the CUDA backend (with the CUDA forward's payload, a given

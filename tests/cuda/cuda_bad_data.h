@@ -1,4 +1,4 @@
-// Bad input data for tests/test_cuda.cpp: scenarios that plant out-of-range ids and bad gates
+// Bad input data for tests/cuda/test_cuda.cpp: scenarios that plant out-of-range ids and bad gates
 // (NaN, infinities, magnitude 2^22) at chosen (chunk, token, lane) places of a case's inputs,
 // and legal look-alikes (padding garbage, ids at the ends of the range). The CPU backend
 // fails on each bad one with the first offender in chunk order; the CUDA backend must report

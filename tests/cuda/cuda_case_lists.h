@@ -1,4 +1,4 @@
-// The cases each comparison family of tests/test_cuda.cpp runs on both backends. They cover
+// The cases each comparison family of tests/cuda/test_cuda.cpp runs on both backends. They cover
 // the case families of bindings/python/tests/test_reference.py (its COVER list, det_fields
 // sets, rec_tile values and random shapes) and add the limits, the benchmark shapes and
 // gates and values at the edges of the arithmetic. `quick` keeps a reduced set for

@@ -1,4 +1,4 @@
-// Test cases for tests/test_cuda.cpp: a case descriptor, seeded random inputs built from it
+// Test cases for tests/cuda/test_cuda.cpp: a case descriptor, seeded random inputs built from it
 // (the case families of bindings/python/tests/test_reference.py), and the descriptor the
 // library gets. Host code only; nothing here touches CUDA.
 #ifndef SDM_P1_TESTS_CUDA_CASES_H

@@ -1,6 +1,6 @@
 // Running one case on each backend through the public API and comparing the outputs byte
 // for byte: device buffers, CPU and CUDA runs, the comparison, and the pass/fail tally.
-// Used by tests/test_cuda.cpp. CUDA runtime errors throw; each check catches and records.
+// Used by tests/cuda/test_cuda.cpp. CUDA runtime errors throw; each check catches and records.
 #ifndef SDM_P1_TESTS_CUDA_HARNESS_H
 #define SDM_P1_TESTS_CUDA_HARNESS_H
 

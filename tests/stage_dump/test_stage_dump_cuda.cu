@@ -1,7 +1,7 @@
 // The CUDA half of the stage test: a test kernel made of the general kernel's own stage
 // functions (kernels/stage_*.cuh, in the order of phase1_kernel) runs one chunk a launch and,
-// after each stage, copies the chunk's arrays to global memory (tests/stage_dump.h); the host
-// compares them with the CPU stages' arrays for the same chunk (tests/stage_dump.cpp), a line
+// after each stage, copies the chunk's arrays to global memory (tests/stage_dump/stage_dump.h); the host
+// compares them with the CPU stages' arrays for the same chunk (tests/stage_dump/stage_dump.cpp), a line
 // per stage, stopping at the first difference with its stage, array and index. Each case runs
 // twice: with the arrays in shared memory where they fit, and with every array in global
 // scratch. Then the chunks' outputs must be the CPU's, byte for byte. One instance of the
