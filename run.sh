@@ -367,7 +367,7 @@ lint() {
     (cd "$root" && shellcheck run.sh .ci/run tests/cuda/gpu_suite.sh tests/fuzz/coverage.sh \
         bindings/rust/sdm-phase1-sys/generate.sh)
     step "lint: clang-format on the C, C++ and CUDA sources (style in .clang-format)"
-    (cd "$root" && find bench bindings/python/jax_ffi examples include kernels src tests -type f \
+    (cd "$root" && find bench bindings/python/jax_ffi canon examples include kernels src tests -type f \
         \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0 |
         xargs -0 "$root/.venv/bin/clang-format" --dry-run --Werror)
 }

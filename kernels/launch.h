@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernel_args.h"
+#include "common/kernel_args.h"
 
 namespace sdm_p1 {
 namespace cuda {

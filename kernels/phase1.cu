@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "phase1_kernel.cuh"
+#include "general/phase1_kernel.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -129,7 +129,7 @@ KernelArgs kernel_constants(const KernelShape& s, const LaunchConfig& c) {
     a.s = s;
     a.scratch_per_block = c.scratch_per_block;
     a.layout = chunk_layout(s, c.threads, c.smem_limit);
-    // The sort keys' layout, as the CPU backend's (src/canon/chunk_arrays.h): padding entries
+    // The sort keys' layout, as the CPU backend's (canon/chunk_arrays.h): padding entries
     // take the largest slot the key bits hold (stage "load"). One bit less where num_keys is a
     // power of two (S6: 32-bit keys).
     a.entry_bits = sort_entry_bits(n);

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "input_record.h"
-#include "phase1_shared.h"
+#include "../canon/phase1_shared.h"
 
 namespace sdm_p1 {
 

@@ -53,7 +53,7 @@ constexpr Upstream upstream_of(int f) {
 
 constexpr bool is_differentiable(int f) { return upstream_of(f) != Upstream::kNone; }
 
-// The number of differentiable fields (the members of UpstreamGrads, src/canon/backward_buffers.h).
+// The number of differentiable fields (the members of UpstreamGrads, canon/backward_buffers.h).
 constexpr int differentiable_count() {
     int n = 0;
     for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) n += is_differentiable(f) ? 1 : 0;

@@ -1,7 +1,7 @@
 #include "input_error.h"
 
 #include "errors.h"
-#include "phase1_shared.h"
+#include "../canon/phase1_shared.h"
 
 namespace sdm_p1 {
 

@@ -4,7 +4,7 @@
 #ifndef SDM_P1_INPUT_RECORD_H
 #define SDM_P1_INPUT_RECORD_H
 
-#include "phase1_shared.h"
+#include "../canon/phase1_shared.h"
 #include "sdm/phase1.h"
 
 namespace sdm_p1 {

@@ -6,7 +6,7 @@
 
 #include "backend_registry.h"
 #include "errors.h"
-#include "phase1_shared.h"
+#include "../canon/phase1_shared.h"
 #include "versioned_struct.h"
 
 namespace sdm_p1 {

@@ -5,7 +5,7 @@
 #include <array>
 
 #include "options.h"
-#include "phase1_shared.h"
+#include "../canon/phase1_shared.h"
 #include "sdm/phase1.h"
 
 namespace sdm_p1 {

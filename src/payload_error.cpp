@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "errors.h"
-#include "phase1_shared.h"
+#include "../canon/phase1_shared.h"
 
 namespace sdm_p1 {
 

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../kernel_args.h"
+#include "../common/kernel_args.h"
 #include "lean/lean_backward_layout.h"
 
 namespace sdm_p1 {

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../chunk_context.cuh"
+#include "../common/chunk_context.cuh"
 #include "backward_launch.h"
 
 namespace sdm_p1 {

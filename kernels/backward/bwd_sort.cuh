@@ -1,13 +1,13 @@
 // Stages "load and check", "sort" and "decode" of the backward without a payload: the
-// forward's own stages (kernels/stage_load.cuh, stage_sort.cuh, stage_decode.cuh) on the
+// forward's own stages (kernels/common/stage_load.cuh, stage_sort.cuh, stage_decode.cuh) on the
 // block's slice, then the values gathered to sorted order. CPU twins: load_and_check,
 // sort_entries and decode (src/cpu/chunk_stages.h), as backward_chunk calls them.
 #ifndef SDM_P1_KERNELS_BACKWARD_BWD_SORT_CUH
 #define SDM_P1_KERNELS_BACKWARD_BWD_SORT_CUH
 
-#include "../stage_decode.cuh"
-#include "../stage_load.cuh"
-#include "../stage_sort.cuh"
+#include "../common/stage_decode.cuh"
+#include "../common/stage_load.cuh"
+#include "../common/stage_sort.cuh"
 #include "bwd_context.cuh"
 
 namespace sdm_p1 {

@@ -1,11 +1,11 @@
 // The lean kernel's view of the chunk a block computes: its arrays in shared memory (bound
 // from LeanLayout), its block-wide scalars, and the one block-wide scan its stages share
-// (twins: kernels/chunk_context.cuh in the general kernel, ChunkScratch in src/cpu/chunk.h).
+// (twins: kernels/common/chunk_context.cuh in the general kernel, ChunkScratch in src/cpu/chunk.h).
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_CONTEXT_CUH
 #define SDM_P1_KERNELS_LEAN_LEAN_CONTEXT_CUH
 
-#include "../chunk_context.cuh"
-#include "../pair_common.cuh"
+#include "../common/chunk_context.cuh"
+#include "../common/pair_common.cuh"
 #include "lean_layout.h"
 
 namespace sdm_p1 {

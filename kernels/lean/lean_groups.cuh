@@ -1,13 +1,13 @@
 // Lean stage "groups" (the twin of the CPU's decode, scan_forward and scan_backward in
-// src/cpu/chunk_stages.h, and of the general kernel's kernels/stage_scans.cuh and, for grouped
-// entries, kernels/stage_records.cuh), in two lane-dense passes over
+// src/cpu/chunk_stages.h, and of the general kernel's kernels/general/stage_scans.cuh and, for grouped
+// entries, kernels/general/stage_records.cuh), in two lane-dense passes over
 // the groups of several entries that stage "sort" listed (their grouped-list indices
 // consecutive, in sorted order):
 //  * sum_groups, a thread a listed group: its inclusive log-cumsum (a write repeating its
 //    token's slot adds no gate), the peers before and after each entry, packed positions and
 //    payload words, and each walker's pair terms counted for its unit (stage "pairs");
 //  * grouped_records, a thread a grouped entry: the exact log facts through the same
-//    src/phase1_shared.h functions as the CPU backend (set_log_facts_compact), as the records the
+//    canon/phase1_shared.h functions as the CPU backend (set_log_facts_compact), as the records the
 //    entry writer reads (log, rex, cpe and the scaled value, as floats), and its pair terms.
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_GROUPS_CUH
 #define SDM_P1_KERNELS_LEAN_LEAN_GROUPS_CUH

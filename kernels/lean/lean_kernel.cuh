@@ -1,6 +1,6 @@
 // The lean kernel: one thread block a chunk (a persistent grid), from the ids to the last
 // output, for chunks whose slots are mostly distinct (kernels/lean/README.md). Twins:
-// phase1_kernel in kernels/phase1_kernel.cuh (the general kernel), compute_chunk in
+// phase1_kernel in kernels/general/phase1_kernel.cuh (the general kernel), compute_chunk in
 // src/cpu/chunk.cpp. Its stages, each in a file of its own, are the CPU backend's in lean form; a chunk it cannot take (a
 // bucket of more than kLeanBucketLimit keys, more grouped entries or pair terms than its
 // room) it leaves to the main kernel (list_general_chunk), and one whose gates need the wide

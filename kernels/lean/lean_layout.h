@@ -1,7 +1,7 @@
 // The lean kernel's plan-time facts: which plans it serves, its block size and where its
 // arrays lie in a block's shared memory. Plain C++ (no CUDA headers): the host side decides
 // and the kernel reads the same struct (kernels/lean/README.md says what the kernel is).
-// Twins: array_layout in kernels/chunk_context.cuh (the general kernel's), ChunkScratch::bind
+// Twins: array_layout in kernels/common/chunk_context.cuh (the general kernel's), ChunkScratch::bind
 // in src/cpu/chunk.cpp.
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_LAYOUT_H
 #define SDM_P1_KERNELS_LEAN_LEAN_LAYOUT_H

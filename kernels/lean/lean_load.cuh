@@ -1,4 +1,4 @@
-// Lean stage "load and check" (the twin of kernels/stage_load.cuh and the CPU's
+// Lean stage "load and check" (the twin of kernels/common/stage_load.cuh and the CPU's
 // load_and_check in src/cpu/chunk_stages.h): the chunk's ids become 32-bit sort keys held in the thread's registers
 // (slot << entry_bits | entry), its gates are checked and, per token, tabled as the log and
 // exp an entry alone in its group takes; the a and qk rows are zeroed (the pair stage then
@@ -7,7 +7,7 @@
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_LOAD_CUH
 #define SDM_P1_KERNELS_LEAN_LEAN_LOAD_CUH
 
-#include "../stage_load.cuh"
+#include "../common/stage_load.cuh"
 #include "lean_context.cuh"
 
 namespace sdm_p1 {

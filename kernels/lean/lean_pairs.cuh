@@ -1,5 +1,5 @@
 // Lean stage "pairs" (the twin of the CPU's pair_sums in src/cpu/chunk_stages.h and the
-// general kernel's stage "pair sums", kernels/stage_pairs.cuh): the cells of a and qk that have terms (stage "load" zeroed the rest). A unit is a
+// general kernel's stage "pair sums", kernels/general/stage_pairs.cuh): the cells of a and qk that have terms (stage "load" zeroed the rest). A unit is a
 // row i of a (the writes of token i) or of qk (its reads); stage "groups" counted each
 // walker's terms (the earlier writes of its group, a: of other tokens) and marked it in its
 // unit's lane mask. place_units gives each unit its span of the term list; each walker then

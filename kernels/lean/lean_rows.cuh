@@ -1,5 +1,5 @@
 // Lean stage "rows" (the twin of the sorted-row outputs of the general kernel's stage
-// "records", kernels/stage_records.cuh, and of the CPU's write_records in
+// "records", kernels/general/stage_records.cuh, and of the CPU's write_records in
 // src/cpu/chunk_stages.h): per 32 sorted positions the mask of the write
 // entries and the writes before them (the rank table, and each entry's index in its kind's
 // row), then the sorted payloads (16-byte stores), spay_k, spay_q and spay_rank.

@@ -1,4 +1,4 @@
-// Lean stage "sort" (the twin of kernels/stage_sort.cuh and kernels/stage_decode.cuh, and of
+// Lean stage "sort" (the twin of kernels/common/stage_sort.cuh and kernels/common/stage_decode.cuh, and of
 // the CPU's sort_entries and decode in src/cpu/chunk_stages.h): a
 // bucket sort of the chunk's valid keys on the top bits of their slot, its keys held in the
 // threads' registers throughout. Each key's bucket is counted (its arrival among the bucket's

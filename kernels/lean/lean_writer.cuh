@@ -1,5 +1,5 @@
 // Lean stage "entries" (the twin of the entry fields of the general kernel's stage "records",
-// kernels/stage_records.cuh, and of the CPU's write_records in src/cpu/chunk_stages.h): every per-entry output in entry order, V consecutive lanes
+// kernels/general/stage_records.cuh, and of the CPU's write_records in src/cpu/chunk_stages.h): every per-entry output in entry order, V consecutive lanes
 // a thread (4 where the lanes and buffers allow: one 16-, 8- or 4-byte store a field per four
 // entries, else 1). An entry alone in its group is served from its token's gate (the table,
 // or its own gate with per-write gates): log = the gate, rex = 0, cpe and k_eff from exp of

@@ -6,7 +6,7 @@
 #ifndef SDM_P1_KERNELS_SPREAD_SPREAD_EXPORT_CUH
 #define SDM_P1_KERNELS_SPREAD_SPREAD_EXPORT_CUH
 
-#include "../pair_common.cuh"
+#include "../common/pair_common.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

@@ -7,7 +7,7 @@
 #ifndef SDM_P1_KERNELS_SPREAD_SPREAD_KERNEL_CUH
 #define SDM_P1_KERNELS_SPREAD_SPREAD_KERNEL_CUH
 
-#include "../stage_pairs.cuh"
+#include "../general/stage_pairs.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

@@ -41,7 +41,7 @@ struct SpreadLayout {
     size_t smem_bytes;   // its dynamic shared memory: a double row of C cells a warp
 };
 
-// A write's facts in a slot (WriteFacts, kernels/pair_common.cuh): its compact log, value and
+// A write's facts in a slot (WriteFacts, kernels/common/pair_common.cuh): its compact log, value and
 // cell (token).
 struct alignas(16) SpreadWrite {
     uint64_t log;

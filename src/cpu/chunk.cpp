@@ -44,7 +44,7 @@ void ChunkScratch::bind(void* base, const Options& o) {
 }
 
 // The stages in order, as the general kernel runs them (phase1_kernel in
-// kernels/phase1_kernel.cuh, a thread block a chunk), under the same names.
+// kernels/general/phase1_kernel.cuh, a thread block a chunk), under the same names.
 __attribute__((flatten SDM_P1_FMA_CLONE)) ChunkResult compute_chunk(const Options& o, const InputRecord& in,
                                                                     const OutputBuffers& out, int64_t c,
                                                                     const ChunkScratch& s) {

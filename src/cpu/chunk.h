@@ -1,6 +1,6 @@
 // The CPU backend's computation of one chunk: every output of the chunk, with the canonical
-// arithmetic of src/phase1_shared.h, in the stages of chunk_stages.h (the twin of the general
-// CUDA kernel, kernels/phase1_kernel.cuh).
+// arithmetic of canon/phase1_shared.h, in the stages of chunk_stages.h (the twin of the general
+// CUDA kernel, kernels/general/phase1_kernel.cuh).
 #ifndef SDM_P1_CPU_CHUNK_H
 #define SDM_P1_CPU_CHUNK_H
 
@@ -11,7 +11,7 @@
 #include "../input_record.h"
 #include "../options.h"
 #include "../outputs.h"
-#include "../phase1_shared.h"
+#include "../../canon/phase1_shared.h"
 #include "sdm/phase1.h"
 
 namespace sdm_p1 {
@@ -19,7 +19,7 @@ namespace cpu {
 
 // One worker's scratch: the chunk's stage arrays, carved from the plan's workspace. Names,
 // indices and the stage that writes each are those of the general kernel's arrays
-// (kernels/chunk_context.cuh: ChunkArrays; the table in docs/design.md, "The stages"). n = C *
+// (kernels/common/chunk_context.cuh: ChunkArrays; the table in docs/design.md, "The stages"). n = C *
 // (W + R) entries; indexed by entry e = t * (W + R) + j, by sorted position r, by token t, or
 // by write-row index (the write entries in sorted order). Counts and positions are uint32 (the
 // kernel's Count: 16 bits where n < 2^16).

@@ -1,5 +1,5 @@
 // The CPU backend's backward of one chunk (docs/backward.md): its data check, then its input
-// gradients, with the canonical arithmetic of src/canon/backward_terms.h.
+// gradients, with the canonical arithmetic of canon/backward_terms.h.
 #ifndef SDM_P1_CPU_CHUNK_BACKWARD_H
 #define SDM_P1_CPU_CHUNK_BACKWARD_H
 

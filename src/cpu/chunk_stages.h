@@ -1,6 +1,6 @@
 // The stages of one chunk on the CPU backend, in order: load and check, sort, decode, scans
 // forward, scans backward, records, pair sums. Each is the twin of a stage of the general CUDA
-// kernel (phase1_kernel in kernels/phase1_kernel.cuh, a header per stage) and writes the same
+// kernel (phase1_kernel in kernels/general/phase1_kernel.cuh, a header per stage) and writes the same
 // arrays (ChunkScratch, chunk.h: the kernel's names), at the same index, by the stage's end:
 // docs/design.md, "The stages", lists them, and tests/stage_dump/test_stage_dump.cpp (the CPU) and
 // tests/stage_dump/test_stage_dump_cuda.cu (both) check them stage by stage. compute_chunk (chunk.cpp)
@@ -49,7 +49,7 @@ struct Chunk {
     int t_valid;       // valid tokens
     int n;             // entries
     int64_t id_base;   // first slot id of its stream
-    int entry_bits;    // of the sort keys (src/canon/chunk_arrays.h)
+    int entry_bits;    // of the sort keys (canon/chunk_arrays.h)
     int key_bits;
 };
 
@@ -79,7 +79,7 @@ inline int payload_entry(const Options& o, uint32_t p) {
     return payload_token(p) * (o.W + o.R) + ((p & kIsQ) ? o.W : 0) + static_cast<int>(p & kLaneMask);
 }
 
-// The value of the entry with payload p (kernels/pair_common.cuh: entry_value).
+// The value of the entry with payload p (kernels/common/pair_common.cuh: entry_value).
 inline float entry_value(const Chunk& k, const ChunkScratch& s, uint32_t p) { return s.value[payload_entry(k.o, p)]; }
 
 // The input value of lane `lane` of valid token t (0 for padding).
@@ -102,10 +102,10 @@ inline bool load_token_gates(const Options& o, const InputRecord& in, int64_t to
     return true;
 }
 
-// Stage "load and check" (twin: load_and_check in kernels/stage_load.cuh; lean:
+// Stage "load and check" (twin: load_and_check in kernels/common/stage_load.cuh; lean:
 // kernels/lean/lean_load.cuh). Reads and checks the chunk's ids and gates, token by token
 // (entry order), and writes, by entry, the sort keys (a padding token's entries take the
-// padding slot, src/canon/chunk_arrays.h) and the values (0 for padding); by token, the gates
+// padding slot, canon/chunk_arrays.h) and the values (0 for padding); by token, the gates
 // in fixed point (0 for padding tokens) and, with per-token gates, their exps; and clears the
 // walker masks. Stops at the first bad id or gate, which it returns (the chunk's outputs are
 // then unspecified; the kernel records it and goes on).
@@ -154,12 +154,12 @@ inline InputError load_gates(const Chunk& k, const InputRecord& in, const ChunkS
     return err;
 }
 
-// Stage "sort" (twin: sort_entries in kernels/stage_sort.cuh; lean: kernels/lean/lean_sort.cuh):
+// Stage "sort" (twin: sort_entries in kernels/common/stage_sort.cuh; lean: kernels/lean/lean_sort.cuh):
 // the keys in ascending order, by sorted position. They are distinct, so this is the stable
 // sort by slot.
 inline void sort_entries(const Chunk& k, const ChunkScratch& s) { std::sort(s.keys, s.keys + k.n); }
 
-// Stage "decode" (twin: decode in kernels/stage_decode.cuh; lean: kernels/lean/lean_sort.cuh,
+// Stage "decode" (twin: decode in kernels/common/stage_decode.cuh; lean: kernels/lean/lean_sort.cuh,
 // order_buckets): from the sorted keys, each sorted position's payload word (with its group's
 // head bit) and slot, and each entry's sorted position.
 inline void decode(const Chunk& k, const ChunkScratch& s) {
@@ -186,12 +186,12 @@ inline void decode(const Chunk& k, const ChunkScratch& s) {
 
 // Whether the valid write with payload p (pp: the previous position's) repeats a slot its
 // token already wrote, and so adds no gate: the previous entry of its group is its token's
-// write (kernels/stage_scans.cuh: gate_added).
+// write (kernels/general/stage_scans.cuh: gate_added).
 inline bool repeats_slot(uint32_t p, uint32_t pp) {
     return !(p & kHead) && !(pp & kIsQ) && payload_token(pp) == payload_token(p);
 }
 
-// Stage "scans", forward (twin: scan_forward in kernels/stage_scans.cuh; lean:
+// Stage "scans", forward (twin: scan_forward in kernels/general/stage_scans.cuh; lean:
 // kernels/lean/lean_groups.cuh, sum_groups): through each group, the inclusive log-cumsum (a
 // write repeating its token's slot adds no gate) and the peers before each entry; through the
 // row, the write entries before each position. Counts the repeats and the walkers.
@@ -226,7 +226,7 @@ inline void scan_forward(const Chunk& k, const ChunkScratch& s, ChunkCounts& cou
     }
 }
 
-// Stage "scans", backward (twin: scan_backward in kernels/stage_scans.cuh; lean:
+// Stage "scans", backward (twin: scan_backward in kernels/general/stage_scans.cuh; lean:
 // kernels/lean/lean_groups.cuh, sum_groups): the last position of each entry's group, the
 // valid first writes of groups at or after each position, and each group's last valid write
 // (its payload's kLastK bit). Counts the valid groups.
@@ -255,13 +255,13 @@ inline void scan_backward(const Chunk& k, const ChunkScratch& s, ChunkCounts& co
 // group's end minus its own.
 inline Fix rex_at(const ChunkScratch& s, int r) { return fix_sub(s.log[s.end[r]], s.log[r]); }
 
-// Write entries (valid or padding) at or before position r (kernels/stage_records.cuh:
+// Write entries (valid or padding) at or before position r (kernels/general/stage_records.cuh:
 // writes_through).
 inline uint32_t writes_through(const ChunkScratch& s, uint32_t r) {
     return s.writes[r] + ((s.payload[r] & kIsQ) ? 0u : 1u);
 }
 
-// Stage "records" (twin: write_records in kernels/stage_records.cuh; lean:
+// Stage "records" (twin: write_records in kernels/general/stage_records.cuh; lean:
 // kernels/lean/lean_writer.cuh and lean_rows.cuh): every per-entry output, the sorted rows,
 // records and tile indices, in sorted order, through the shared write_entry_outputs, each
 // entry's facts found from the scans' arrays as the kernel's facts_at finds them; then the
@@ -317,7 +317,7 @@ inline void write_records(const Chunk& k, const InputRecord& in, const OutputBuf
     }
 }
 
-// The write row (twin: list_writes in kernels/stage_pairs.cuh): the sorted position of each
+// The write row (twin: list_writes in kernels/general/stage_pairs.cuh): the sorted position of each
 // write entry (valid or padding), in sorted order. Stage "pair sums" lists it first.
 inline void list_writes(const Chunk& k, const ChunkScratch& s) {
     for (int r = 0; r < k.n; ++r) {
@@ -327,7 +327,7 @@ inline void list_writes(const Chunk& k, const ChunkScratch& s) {
 
 // The write-row index of the first write of the slot group of the entry at r, so that the
 // group's writes before r are [walk_start, writes[r]) (twin: walker_range_start in
-// kernels/pair_common.cuh). A write knows its valid writes before it in the group (before);
+// kernels/common/pair_common.cuh). A write knows its valid writes before it in the group (before);
 // for a read, the nearest earlier write y is in its group unless a group starts after y,
 // which the counts tell but where the reads between y and r exactly fill the read's peers:
 // then the head bit after y does.
@@ -367,7 +367,7 @@ inline void walk_earlier_writes(const ChunkScratch& s, int r, Visit visit) {
     }
 }
 
-// Stage "pair sums" (twin: pair_sums in kernels/stage_pairs.cuh, its paths in
+// Stage "pair sums" (twin: pair_sums in kernels/general/stage_pairs.cuh, its paths in
 // pair_one_batch.cuh and pair_windows.cuh; lean: kernels/lean/lean_pairs.cuh): lists the write
 // row, then a and qk, one row (token i) at a time, in the canonical order of pair_term_add: the
 // walkers of token i (its walker mask) in lane order, each with the earlier valid writes of its

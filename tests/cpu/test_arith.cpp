@@ -1,4 +1,4 @@
-// The canonical arithmetic of src/phase1_shared.h against independent computations:
+// The canonical arithmetic of canon/phase1_shared.h against independent computations:
 // 128-bit integer arithmetic of the compiler, exact rational checks of rounding, long double
 // exp, and hand-picked bit patterns.
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "../../src/phase1_shared.h"
+#include "../../canon/phase1_shared.h"
 #include "test_util.h"
 
 using namespace sdm_p1;

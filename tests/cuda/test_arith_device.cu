@@ -1,4 +1,4 @@
-// The canonical arithmetic of src/phase1_shared.h computed on the GPU and on the host from the
+// The canonical arithmetic of canon/phase1_shared.h computed on the GPU and on the host from the
 // same random operands must agree bit for bit: the property the CUDA backend's bitwise
 // equality with the CPU backend rests on. Exits 77 (a skip for meson) where no GPU is present.
 #include <cuda_runtime.h>
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "../src/phase1_shared.h"
+#include "../../canon/phase1_shared.h"
 
 using namespace sdm_p1;
 

@@ -14,12 +14,12 @@
 #include <cstdlib>
 #include <vector>
 
-#include "../kernels/stage_decode.cuh"
-#include "../kernels/stage_load.cuh"
-#include "../kernels/stage_pairs.cuh"
-#include "../kernels/stage_records.cuh"
-#include "../kernels/stage_scans.cuh"
-#include "../kernels/stage_sort.cuh"
+#include "../kernels/common/stage_decode.cuh"
+#include "../kernels/common/stage_load.cuh"
+#include "../kernels/general/stage_pairs.cuh"
+#include "../kernels/general/stage_records.cuh"
+#include "../kernels/general/stage_scans.cuh"
+#include "../kernels/common/stage_sort.cuh"
 #include "../src/cuda/cuda_backend.h"
 #include "stage_dump.h"
 

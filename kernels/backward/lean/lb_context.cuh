@@ -5,7 +5,7 @@
 #ifndef SDM_P1_KERNELS_BACKWARD_LEAN_LB_CONTEXT_CUH
 #define SDM_P1_KERNELS_BACKWARD_LEAN_LB_CONTEXT_CUH
 
-#include "../../pair_common.cuh"
+#include "../../common/pair_common.cuh"
 #include "../bwd_context.cuh"
 #include "lean_backward_layout.h"
 

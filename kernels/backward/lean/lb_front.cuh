@@ -8,7 +8,7 @@
 #ifndef SDM_P1_KERNELS_BACKWARD_LEAN_LB_FRONT_CUH
 #define SDM_P1_KERNELS_BACKWARD_LEAN_LB_FRONT_CUH
 
-#include "../../stage_load.cuh"
+#include "../../common/stage_load.cuh"
 #include "lb_context.cuh"
 
 namespace sdm_p1 {

@@ -3,7 +3,7 @@
 // and the padding tokens' entries. An entry alone has no pair sums, its log is its own gate
 // (a write: its token's table, or its own gate with per-write gates) or 0 (a read), its rex 0
 // and its group's total its own log: lone_k_entry_adjoints and lone_q_entry_grad
-// (src/canon/backward_terms.h) are group_adjoints' sequence for such a group. CPU twin:
+// (canon/backward_terms.h) are group_adjoints' sequence for such a group. CPU twin:
 // group_adjoints (src/cpu/chunk_backward.cpp) on a group of one entry; padding tokens as
 // write_token_grads.
 #ifndef SDM_P1_KERNELS_BACKWARD_LEAN_LB_LONE_CUH

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "../../smem_limits.cuh"
+#include "../../common/smem_limits.cuh"
 #include "lb_kernel.cuh"
 
 namespace sdm_p1 {

@@ -1,6 +1,6 @@
 // The per-entry outputs: the one function that decides every bit of the per-entry fields, sorted
 // rows, records and tile indices.
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_ENTRY_OUTPUTS_H
 #define SDM_P1_CANON_ENTRY_OUTPUTS_H
 

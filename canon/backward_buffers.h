@@ -1,6 +1,6 @@
 // The typed pointers of one backward: the upstream gradients it reads and the input gradients
 // it writes.
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_BACKWARD_BUFFERS_H
 #define SDM_P1_CANON_BACKWARD_BUFFERS_H
 

@@ -1,5 +1,5 @@
 // Loading inputs and storing value-typed outputs (int32 / int64 ids, float32 / bfloat16 values).
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_ELEMENTS_H
 #define SDM_P1_CANON_ELEMENTS_H
 

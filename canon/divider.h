@@ -1,5 +1,5 @@
 // Division by a run-time constant as a multiply and a shift, the same on host and device.
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_DIVIDER_H
 #define SDM_P1_CANON_DIVIDER_H
 

@@ -1,5 +1,5 @@
 // Q31.96 fixed point: the exact form of gates and their sums, and its roundings to float.
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_FIXED_POINT_H
 #define SDM_P1_CANON_FIXED_POINT_H
 
@@ -59,7 +59,7 @@ SDM_HD int fix_magnitude_bits(Fix x) {
 
 // x >> s (0 <= s < 128) as one 64-bit two's complement word, and back: the kernels keep a
 // chunk's log-cumsums in this compact form where every one is a multiple of 2^s whose
-// quotient fits 64 signed bits (kernels/chunk_context.cuh, LogArray). Exact there.
+// quotient fits 64 signed bits (kernels/common/chunk_context.cuh, LogArray). Exact there.
 SDM_HD uint64_t fix_shift_down(Fix x, int s) {
     if (s == 0) return x.lo;
     if (s < 64) return (x.lo >> s) | (x.hi << (64 - s));

@@ -1,6 +1,6 @@
 // Stage "load and check" (CPU twin: load_and_check in src/cpu/chunk_stages.h; lean:
 // kernels/lean/lean_load.cuh): the chunk's ids become sort keys by entry (slot << entry_bits
-// | entry, src/canon/chunk_arrays.h: the keys are distinct and their order is the stable order
+// | entry, canon/chunk_arrays.h: the keys are distinct and their order is the stable order
 // by slot), its values are kept by entry, its gates become fixed-point numbers (with
 // per-token gates also their exponentials; their lowest and highest bits decide the
 // log-cumsums' form, log_shift), and the walker masks are cleared. Bad ids and gates are

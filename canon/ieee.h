@@ -1,5 +1,5 @@
 // Correctly rounded IEEE operations and bit conversions (float32, float64, bfloat16).
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_IEEE_H
 #define SDM_P1_CANON_IEEE_H
 

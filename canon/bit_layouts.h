@@ -1,6 +1,6 @@
 // The bit layouts of the packed outputs (payload words, packed positions, sorted-row elements) and
 // the shape limits they imply.
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_BIT_LAYOUTS_H
 #define SDM_P1_CANON_BIT_LAYOUTS_H
 

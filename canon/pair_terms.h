@@ -1,5 +1,5 @@
 // Scaled output values and the terms of the a / qk cells, with their canonical summing order.
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_PAIR_TERMS_H
 #define SDM_P1_CANON_PAIR_TERMS_H
 

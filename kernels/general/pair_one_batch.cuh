@@ -14,8 +14,8 @@
 #ifndef SDM_P1_KERNELS_PAIR_ONE_BATCH_CUH
 #define SDM_P1_KERNELS_PAIR_ONE_BATCH_CUH
 
-#include "block_scan.cuh"
-#include "pair_common.cuh"
+#include "../common/block_scan.cuh"
+#include "../common/pair_common.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../src/phase1_shared.h"
+#include "../../canon/phase1_shared.h"
 #include "kernel_args.h"
-#include "launch.h"
+#include "../launch.h"
 
 namespace sdm_p1 {
 namespace cuda {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "lean/lean_kernel.cuh"
-#include "smem_limits.cuh"
+#include "lean_kernel.cuh"
+#include "../common/smem_limits.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

@@ -1,5 +1,5 @@
 // The typed output pointers of one execute.
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_OUTPUT_BUFFERS_H
 #define SDM_P1_CANON_OUTPUT_BUFFERS_H
 

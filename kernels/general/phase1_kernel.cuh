@@ -18,15 +18,15 @@
 
 #include <cuda_runtime.h>
 
-#include "chunk_context.cuh"
-#include "launch.h"
-#include "smem_limits.cuh"
-#include "stage_decode.cuh"
-#include "stage_load.cuh"
+#include "../common/chunk_context.cuh"
+#include "../launch.h"
+#include "../common/smem_limits.cuh"
+#include "../common/stage_decode.cuh"
+#include "../common/stage_load.cuh"
 #include "stage_pairs.cuh"
 #include "stage_records.cuh"
 #include "stage_scans.cuh"
-#include "stage_sort.cuh"
+#include "../common/stage_sort.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

@@ -13,12 +13,12 @@
 #ifndef SDM_P1_KERNELS_STAGE_PAIRS_CUH
 #define SDM_P1_KERNELS_STAGE_PAIRS_CUH
 
-#include "block_scan.cuh"
-#include "chunk_context.cuh"
-#include "pair_common.cuh"
+#include "../common/block_scan.cuh"
+#include "../common/chunk_context.cuh"
+#include "../common/pair_common.cuh"
 #include "pair_one_batch.cuh"
 #include "pair_windows.cuh"
-#include "spread/spread_export.cuh"
+#include "../spread/spread_export.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 
-#include "phase1_kernel.cuh"
-#include "spread/spread_kernel.cuh"
+#include "../general/phase1_kernel.cuh"
+#include "spread_kernel.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

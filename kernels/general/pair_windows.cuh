@@ -12,7 +12,7 @@
 #ifndef SDM_P1_KERNELS_PAIR_WINDOWS_CUH
 #define SDM_P1_KERNELS_PAIR_WINDOWS_CUH
 
-#include "pair_common.cuh"
+#include "../common/pair_common.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

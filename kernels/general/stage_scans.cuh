@@ -11,8 +11,8 @@
 #ifndef SDM_P1_KERNELS_STAGE_SCANS_CUH
 #define SDM_P1_KERNELS_STAGE_SCANS_CUH
 
-#include "block_scan.cuh"
-#include "chunk_context.cuh"
+#include "../common/block_scan.cuh"
+#include "../common/chunk_context.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

@@ -2,7 +2,7 @@
 // terms of the pair sums, the per-entry combine, the group and token sums. Every operation is
 // one IEEE double operation rounded to nearest (products of two floats are exact), in the
 // sequence the specification fixes, so every backend that calls these gets the same bits.
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_BACKWARD_TERMS_H
 #define SDM_P1_CANON_BACKWARD_TERMS_H
 

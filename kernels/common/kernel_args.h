@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../src/phase1_shared.h"
-#include "lean/lean_layout.h"
-#include "spread/spread_layout.h"
+#include "../../canon/phase1_shared.h"
+#include "../lean/lean_layout.h"
+#include "../spread/spread_layout.h"
 
 namespace sdm_p1 {
 namespace cuda {

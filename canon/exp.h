@@ -1,5 +1,5 @@
 // exp of a fixed-point value: the canonical double exponential.
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_EXP_H
 #define SDM_P1_CANON_EXP_H
 

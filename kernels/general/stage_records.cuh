@@ -10,7 +10,7 @@
 #ifndef SDM_P1_KERNELS_STAGE_RECORDS_CUH
 #define SDM_P1_KERNELS_STAGE_RECORDS_CUH
 
-#include "chunk_context.cuh"
+#include "../common/chunk_context.cuh"
 
 namespace sdm_p1 {
 namespace cuda {

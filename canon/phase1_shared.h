@@ -23,18 +23,18 @@
 #define SDM_P1_PHASE1_SHARED_H
 
 // The canon in its parts, each usable alone.
-#include "canon/host_device.h"
-#include "canon/bit_layouts.h"
-#include "canon/divider.h"
-#include "canon/ieee.h"
-#include "canon/fixed_point.h"
-#include "canon/exp.h"
-#include "canon/pair_terms.h"
-#include "canon/elements.h"
-#include "canon/output_buffers.h"
-#include "canon/entry_outputs.h"
-#include "canon/chunk_arrays.h"
-#include "canon/backward_buffers.h"
-#include "canon/backward_terms.h"
+#include "host_device.h"
+#include "bit_layouts.h"
+#include "divider.h"
+#include "ieee.h"
+#include "fixed_point.h"
+#include "exp.h"
+#include "pair_terms.h"
+#include "elements.h"
+#include "output_buffers.h"
+#include "entry_outputs.h"
+#include "chunk_arrays.h"
+#include "backward_buffers.h"
+#include "backward_terms.h"
 
 #endif   // SDM_P1_PHASE1_SHARED_H

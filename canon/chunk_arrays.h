@@ -1,7 +1,7 @@
 // The layouts of a chunk's stage arrays that both backends must give the same bits: the sort
 // keys and the walker masks (docs/design.md, "The stages", lists every array of the stages;
-// src/cpu/chunk.h: ChunkScratch and kernels/chunk_context.cuh: ChunkArrays hold them).
-// Part of the canon shared by host and device code (src/phase1_shared.h says what it is).
+// src/cpu/chunk.h: ChunkScratch and kernels/common/chunk_context.cuh: ChunkArrays hold them).
+// Part of the canon shared by host and device code (canon/phase1_shared.h says what it is).
 #ifndef SDM_P1_CANON_CHUNK_ARRAYS_H
 #define SDM_P1_CANON_CHUNK_ARRAYS_H
 
