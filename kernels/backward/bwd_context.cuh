@@ -69,7 +69,7 @@ __device__ __forceinline__ Arrays bind_arrays(const BackwardArgs& b) {
     return a;
 }
 
-// The forward's stages "load and check", "sort" and "decode" (kernels/stage_*.cuh) see the
+// The forward's stages "load and check", "sort" and "decode" (kernels/common/stage_*.cuh) see the
 // slice through these members.
 struct SortView {
     using Count = int32_t;

@@ -1,5 +1,5 @@
 // The CUDA half of the stage test: a test kernel made of the general kernel's own stage
-// functions (kernels/stage_*.cuh, in the order of phase1_kernel) runs one chunk a launch and,
+// functions (kernels/common/ and kernels/general/ stage_*.cuh, in the order of phase1_kernel) runs one chunk a launch and,
 // after each stage, copies the chunk's arrays to global memory (tests/stage_dump/stage_dump.h); the host
 // compares them with the CPU stages' arrays for the same chunk (tests/stage_dump/stage_dump.cpp), a line
 // per stage, stopping at the first difference with its stage, array and index. Each case runs
