@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../common/smem_offsets.h"
+
 namespace sdm_p1 {
 namespace cuda {
 
@@ -70,8 +72,6 @@ struct LeanLayout {
     uint32_t smem_bytes;
 };
 
-inline size_t lean_align16(size_t b) { return (b + 15) / 16 * 16; }
-
 // The smallest block that holds a chunk of n entries in registers.
 inline int lean_threads(int n) {
     int t = kLeanMinThreads;
@@ -89,38 +89,33 @@ inline LeanLayout lean_layout(int C, int W, int R, bool per_token_gates, int thr
     LeanLayout l{};
     l.threads = threads;
     l.max_grouped = max_grouped;
-    size_t at = 0;
-    const auto take = [&at](size_t bytes) {
-        const size_t offset = at;
-        at += lean_align16(bytes);
-        return static_cast<uint32_t>(offset);
-    };
-    l.pay = take(4 * row);
-    l.info = take(2 * n);
-    l.starts = take(4 * (buckets / 2 + 1));
+    SmemOffsets at;
+    l.pay = at.take(4 * row);
+    l.info = at.take(2 * n);
+    l.starts = at.take(4 * (buckets / 2 + 1));
     l.terms = l.starts;
-    l.term_capacity = static_cast<uint32_t>((at - l.starts) / (16 + 1));
+    l.term_capacity = static_cast<uint32_t>((at.end - l.starts) / (16 + 1));
     // Uniform ids fill about n / 5.4, n / 16 and n / 50 buckets of these sizes (a bucket a key).
     l.sized_room[0] = static_cast<uint32_t>(n / 4 + 1);
     l.sized_room[1] = static_cast<uint32_t>(n / 8 + 1);
     l.sized_room[2] = static_cast<uint32_t>(n / 16 + 1);
     const size_t sized_bytes = 2 * (static_cast<size_t>(l.sized_room[0]) + l.sized_room[1] + l.sized_room[2]);
-    l.glog = take(std::max(8 * static_cast<size_t>(max_grouped), sized_bytes));
-    l.rpos = take(4 * static_cast<size_t>(max_grouped));
-    l.rlog = take(4 * static_cast<size_t>(max_grouped));
-    l.rscaled = take(4 * static_cast<size_t>(max_grouped));
-    l.rrex = take(4 * static_cast<size_t>(max_grouped));
-    l.rcpe = take(4 * static_cast<size_t>(max_grouped));
-    l.gterms = take(static_cast<size_t>(max_grouped));
-    l.wmask = take(4 * mask_words);
-    l.units = take(4 * (2 * static_cast<size_t>(C) + 1));
-    l.kmask = take(4 * (row / 32 + 1));
-    l.kpre = take(4 * (row / 32 + 1));
-    l.gate_f32 = take(per_token_gates ? 4 * static_cast<size_t>(C) : 0);
-    l.gate_exp = take(per_token_gates ? 8 * static_cast<size_t>(C) : 0);
-    l.gate_cpe = take(per_token_gates ? 4 * static_cast<size_t>(C) : 0);
-    l.gate_fix = take(per_token_gates ? 16 * static_cast<size_t>(C) : 0);
-    l.smem_bytes = static_cast<uint32_t>(at);
+    l.glog = at.take(std::max(8 * static_cast<size_t>(max_grouped), sized_bytes));
+    l.rpos = at.take(4 * static_cast<size_t>(max_grouped));
+    l.rlog = at.take(4 * static_cast<size_t>(max_grouped));
+    l.rscaled = at.take(4 * static_cast<size_t>(max_grouped));
+    l.rrex = at.take(4 * static_cast<size_t>(max_grouped));
+    l.rcpe = at.take(4 * static_cast<size_t>(max_grouped));
+    l.gterms = at.take(static_cast<size_t>(max_grouped));
+    l.wmask = at.take(4 * mask_words);
+    l.units = at.take(4 * (2 * static_cast<size_t>(C) + 1));
+    l.kmask = at.take(4 * (row / 32 + 1));
+    l.kpre = at.take(4 * (row / 32 + 1));
+    l.gate_f32 = at.take(per_token_gates ? 4 * static_cast<size_t>(C) : 0);
+    l.gate_exp = at.take(per_token_gates ? 8 * static_cast<size_t>(C) : 0);
+    l.gate_cpe = at.take(per_token_gates ? 4 * static_cast<size_t>(C) : 0);
+    l.gate_fix = at.take(per_token_gates ? 16 * static_cast<size_t>(C) : 0);
+    l.smem_bytes = static_cast<uint32_t>(at.end);
     return l;
 }
 

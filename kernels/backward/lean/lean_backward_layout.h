@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../../common/smem_offsets.h"
+
 namespace sdm_p1 {
 namespace cuda {
 
@@ -60,8 +62,6 @@ struct LeanBackwardLayout {
     size_t slice_bytes;   // the block's slice of the workspace (0: none)
 };
 
-inline size_t lean_backward_align16(size_t b) { return (b + 15) / 16 * 16; }
-
 // The layout for chunks of C tokens of W writes and R reads, blocks of `threads` and hot groups
 // of up to hot_max entries, with `hot_warps` of them, xbar and beta_terms where `smem_room` allows.
 inline LeanBackwardLayout lean_backward_layout(int C, int W, int R, bool per_token_gates, int threads, int hot_warps,
@@ -73,31 +73,26 @@ inline LeanBackwardLayout lean_backward_layout(int C, int W, int R, bool per_tok
     l.hot_max = hot_max;
     l.hot_capacity = static_cast<uint32_t>(n / (kSmallGroup + 1) + 1);
     l.small_capacity = static_cast<uint32_t>(n / 2 + 1);
-    size_t at = 0;
-    const auto take = [&at](size_t bytes) {
-        const size_t offset = at;
-        at += lean_backward_align16(bytes);
-        return static_cast<uint32_t>(offset);
-    };
-    l.position = take(2 * n);
-    l.heads = take(4 * words);
-    l.writes = take(4 * words);
-    l.writes_before = take(4 * words);
-    l.seen = take(4 * words);
-    l.gate_fix = take(per_token_gates ? 16 * static_cast<size_t>(C) : 0);
-    l.gate_exp = take(per_token_gates ? 8 * static_cast<size_t>(C) : 0);
-    l.hot_list = take(4 * static_cast<size_t>(l.hot_capacity));
-    l.small_list = take(4 * static_cast<size_t>(l.small_capacity));
-    l.batch_gamma = take(8 * static_cast<size_t>(threads));
+    SmemOffsets at;
+    l.position = at.take(2 * n);
+    l.heads = at.take(4 * words);
+    l.writes = at.take(4 * words);
+    l.writes_before = at.take(4 * words);
+    l.seen = at.take(4 * words);
+    l.gate_fix = at.take(per_token_gates ? 16 * static_cast<size_t>(C) : 0);
+    l.gate_exp = at.take(per_token_gates ? 8 * static_cast<size_t>(C) : 0);
+    l.hot_list = at.take(4 * static_cast<size_t>(l.hot_capacity));
+    l.small_list = at.take(4 * static_cast<size_t>(l.small_capacity));
+    l.batch_gamma = at.take(8 * static_cast<size_t>(threads));
     l.hot_stride = static_cast<uint32_t>(kHotBytesPerEntry * static_cast<size_t>(hot_max) + kHotTileBytes);
-    l.hot_arrays = take(static_cast<size_t>(hot_warps) * l.hot_stride);
+    l.hot_arrays = at.take(static_cast<size_t>(hot_warps) * l.hot_stride);
     // xbar, then beta_terms, on chip where they fit; else in the slice.
     size_t slice = 0;
     const auto place = [&](bool* in_smem, uint32_t* offset, size_t bytes_each) {
-        const size_t bytes = lean_backward_align16(bytes_each * nw);
-        *in_smem = at + bytes <= smem_room;
+        const size_t bytes = round_up16(bytes_each * nw);
+        *in_smem = at.end + bytes <= smem_room;
         if (*in_smem) {
-            *offset = take(bytes);
+            *offset = at.take(bytes);
         } else {
             *offset = static_cast<uint32_t>(slice);
             slice += bytes;
@@ -105,7 +100,7 @@ inline LeanBackwardLayout lean_backward_layout(int C, int W, int R, bool per_tok
     };
     place(&l.xbar_in_smem, &l.xbar, 8);
     place(&l.beta_terms_in_smem, &l.beta_terms, 16);
-    l.smem_bytes = static_cast<uint32_t>(at);
+    l.smem_bytes = static_cast<uint32_t>(at.end);
     l.slice_bytes = (slice + 255) / 256 * 256;
     return l;
 }
