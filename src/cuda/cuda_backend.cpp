@@ -117,10 +117,15 @@ void spread_min_terms(uint64_t* min_terms) {
     if (*end == '\0') *min_terms = v;
 }
 
+// Whether SDMP1_LOG is set to anything but "0" (the plan lines below).
+bool log_wanted() {
+    const char* const env = std::getenv("SDMP1_LOG");
+    return env != nullptr && std::strcmp(env, "0") != 0;
+}
+
 // SDMP1_LOG's line (Backend::prepare).
 void log_plan(const Options& o, const LaunchConfig& c, const SpreadLayout& spread) {
-    const char* const env = std::getenv("SDMP1_LOG");
-    if (env == nullptr || std::strcmp(env, "0") == 0) return;
+    if (!log_wanted()) return;
     const LeanLayout& l = c.lean;
     std::fprintf(stderr, "libsdmp1: plan N=%lld C=%d W=%d R=%d keys=%lld: kernel %s", static_cast<long long>(o.N), o.C,
                  o.W, o.R, static_cast<long long>(o.num_keys), kernel_name(c));
@@ -139,8 +144,7 @@ void log_plan(const Options& o, const LaunchConfig& c, const SpreadLayout& sprea
 
 // SDMP1_LOG's line of a backward plan (Backend::prepare).
 void log_backward_plan(const BackwardConfig& c) {
-    const char* const env = std::getenv("SDMP1_LOG");
-    if (env == nullptr || std::strcmp(env, "0") == 0) return;
+    if (!log_wanted()) return;
     const LeanBackwardLayout& l = c.lean;
     std::fprintf(stderr, "libsdmp1: backward");
     if (l.threads != 0) {
