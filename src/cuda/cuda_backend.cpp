@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../../canon/field_sets.h"
 #include "../checked_size.h"
 #include "../errors.h"
-#include "../field_sets.h"
 #include "../input_error.h"
 #include "../payload_error.h"
 #include "architectures.h"
