@@ -48,7 +48,8 @@
  * per-stream lengths with the odd streams at half their length, the even ones full) to compare
  * with its "default" row, the same batch padded to full length. In CUDA mode the library's
  * plan log is on (SDMP1_LOG=1 unless the environment sets it): each plan's creation prints on
- * stderr which kernel computes its chunks first (lean or general) and their launch shapes.
+ * stderr which kernel computes its chunks first (lean or general) and their launch shapes,
+ * then each stage's kernel instantiation and why the kernel policy chose it.
  *
  * --backward (CUDA): the backward instead. Per shape, two rows: the sdm_layer's upstream
  * gradients (a, qk, rex, cpe, k_eff, q_w) and every differentiable output's, random in

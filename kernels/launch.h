@@ -1,57 +1,41 @@
-// The interface between the CUDA backend's host code (src/cuda/) and its kernels: plain
-// structs and the host functions implemented in phase1.cu. Plain C++ (no CUDA headers), so
-// host code compiled by the C++ compiler includes it as well.
+// The interface between the CUDA backend's host code (src/cuda/) and its kernels: a plan's
+// kernels chosen once (plan_kernels: the policy, kernels/policy/, on the device), and the one
+// switch that launches them (launch, launch_backward). Plain C++ (no CUDA headers), so host
+// code compiled by the C++ compiler includes it as well.
 #ifndef SDM_P1_KERNELS_LAUNCH_H
 #define SDM_P1_KERNELS_LAUNCH_H
 
-#include <cstddef>
-#include <cstdint>
-
+#include "backward/backward_args.h"
 #include "common/kernel_args.h"
+#include "policy/kernel_policy.h"
 
 namespace sdm_p1 {
 namespace cuda {
 
-// How the kernel runs a plan's shape on one device (chosen at plan creation).
-struct LaunchConfig {
-    int grid;                   // blocks; each loops over chunks blockIdx.x, + gridDim.x, ...
-    int threads;                // per block: 512, or 256 for two blocks an SM
-    bool narrow_counts;         // the chunk's counts and positions in 16 bits (n < 2^16)
-    bool on_chip;               // the core arrays in shared memory (the kernel knows it)
-    bool sorted_rows;           // KernelShape::sorted_rows
-    bool shipped_fields;        // KernelShape::shipped_fields
-    bool dependent_launch;      // the wide-log kernel as a programmatic dependent launch (sm_90 on)
-    size_t smem_bytes;          // dynamic shared memory per block
-    size_t smem_limit;          // the most dynamic shared memory a block may have (the arrays
-                                // that do not fit in it go to global scratch)
-    size_t scratch_per_block;   // bytes of global scratch per block (0: every array in shared memory)
-    LeanLayout lean;            // the lean kernel, launched first where lean.threads != 0
-                                // (kernels/lean/README.md); it leaves the chunks it cannot take
-                                // to the main kernel
-    SpreadLayout spread;        // the spread kernel, launched last where spread.capacity != 0
-                                // (kernels/spread/README.md); the main kernel hands it the pair
-                                // sums of chunks of many terms
-};
+// Chooses the kernels of `plan` on `device` (choose_policy with the device's answers, which
+// raise the chosen kernels' shared-memory limits), and finds each chosen instantiation.
+// Returns a cudaError_t value (0: success; cudaErrorInvalidDeviceFunction where the policy
+// names an instantiation kernels/instantiations.txt does not list), where it fails with
+// *in_backward set if the backward's kernels failed. In device_facts.cpp.
+int plan_kernels(const PlanRequest& plan, int device, KernelPolicy* policy, bool* in_backward);
 
-// Chooses the launch configuration of `shape` for `device`, within `output_bytes` (the
-// global scratch, when needed, stays no larger), sets the kernels' shared-memory limits and
-// fills the plan's part of the kernels' arguments (the shape, the chunk layout, key bits,
-// dividers and the lean layout; the pointers stay null). Returns a cudaError_t value
-// (0: success).
-int configure(const KernelShape& shape, int device, size_t output_bytes, LaunchConfig* config, KernelArgs* args);
+// The plan's part of the kernels' arguments: the shape, the chunk layout, key bits, dividers
+// and the lean and spread layouts; the pointers stay null (launch.cu).
+KernelArgs plan_arguments(const KernelPolicy& policy);
 
-// Enqueues one execute on `stream`: clears the status and repeats, then runs the lean kernel
-// (where the configuration has one), the main kernel, the wide-log kernel and the spread
-// kernel (where it has one). `args` is
-// configure's with the execute's pointers set: the inputs (stream_lengths null: the
-// valid_last rule), the outputs, the global scratch (config.grid * config.scratch_per_block
-// bytes, or null), the status, the N words each of chunk_value, wide_chunks and
-// general_chunks, and the spread slots (config.spread.capacity * slot_bytes bytes). Returns a cudaError_t value (0: success).
-int launch(const LaunchConfig& config, const KernelArgs& args, void* stream);
+// Enqueues one execute on `stream`: clears the status and repeats, then runs the forward's
+// stages (policy.forward) that have a kernel. `args` is plan_arguments' with the execute's
+// pointers set: the inputs (stream_lengths null: the valid_last rule), the outputs, the
+// workspace's parts (policy.workspace; general_chunks null where the plan has no lean
+// kernel). Returns a cudaError_t value (0: success).
+int launch(const KernelPolicy& policy, const KernelArgs& args, void* stream);
 
-// The name of the kernel that computes a plan's chunks first ("lean" or "general"), for the
-// benchmark and the logs.
-const char* kernel_name(const LaunchConfig& config);
+// Enqueues one backward on `stream`: clears the status (and marks it a backward's), then runs
+// the lean backward (payload given, a plan it serves) and the general backward on the chunks
+// it leaves, or the general backward on every chunk (policy.backward_kernels). `args` has the
+// execute's pointers set (k.general_chunks null: no lean backward). Returns a cudaError_t
+// value (0: success).
+int launch_backward(const KernelPolicy& policy, const BackwardArgs& args, void* stream);
 
 }   // namespace cuda
 }   // namespace sdm_p1

@@ -2,9 +2,10 @@
 // gradients, the inputs, the payload, the input-gradient buffers) and its call of the backend.
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
+#include "../canon/field_members.h"
 #include "errors.h"
-#include "field_sets.h"
 #include "input_checks.h"
 #include "plan.h"
 #include "versioned_struct.h"
@@ -50,23 +51,12 @@ UpstreamGrads checked_upstream(const sdm_p1_plan& plan, const void* const* grads
         require_pointer(kWho, "", grad_name(plan, f).c_str(), p, bytes);
         by_field[f] = p;
     }
-    const auto f32 = [&](int f) { return static_cast<const float*>(by_field[f]); };
-    // One member a differentiable field (field_sets.h), each set below.
+    // One member a differentiable field (canon/field_sets.h), each set from its gradient.
     static_assert(sizeof(UpstreamGrads) == differentiable_count() * sizeof(const void*),
-                  "UpstreamGrads and field_sets.h name different fields");
+                  "UpstreamGrads and canon/field_sets.h name different fields");
     UpstreamGrads up{};
-    up.a = f32(SDM_P1_FIELD_A);
-    up.qk = f32(SDM_P1_FIELD_QK);
-    up.log_k = f32(SDM_P1_FIELD_LOG_K);
-    up.log_q = f32(SDM_P1_FIELD_LOG_Q);
-    up.rex = f32(SDM_P1_FIELD_REX);
-    up.cpe = by_field[SDM_P1_FIELD_CPE];
-    up.k_eff = by_field[SDM_P1_FIELD_K_EFF];
-    up.q_w = by_field[SDM_P1_FIELD_Q_W];
-    up.krec = f32(SDM_P1_FIELD_KREC);
-    up.kspa = f32(SDM_P1_FIELD_KSPA);
-    up.qrec = f32(SDM_P1_FIELD_QREC);
-    up.qrec8 = f32(SDM_P1_FIELD_QREC8);
+    for_each_upstream(
+        up, [&](int f, auto& member) { member = static_cast<std::remove_reference_t<decltype(member)>>(by_field[f]); });
     return up;
 }
 

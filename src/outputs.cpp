@@ -1,7 +1,9 @@
 #include "outputs.h"
 
 #include <string>
+#include <type_traits>
 
+#include "../canon/field_members.h"
 #include "checked_size.h"
 
 namespace sdm_p1 {
@@ -98,34 +100,8 @@ OutputViews describe_outputs(const Options& o) {
 
 OutputBuffers output_buffers(void* const* f) {
     OutputBuffers b{};
-    b.a = static_cast<float*>(f[SDM_P1_FIELD_A]);
-    b.qk = static_cast<float*>(f[SDM_P1_FIELD_QK]);
-    b.log_k = static_cast<float*>(f[SDM_P1_FIELD_LOG_K]);
-    b.log_q = static_cast<float*>(f[SDM_P1_FIELD_LOG_Q]);
-    b.rex = static_cast<float*>(f[SDM_P1_FIELD_REX]);
-    b.cpe = f[SDM_P1_FIELD_CPE];
-    b.is_last = static_cast<int8_t*>(f[SDM_P1_FIELD_IS_LAST]);
-    b.is_only = static_cast<int8_t*>(f[SDM_P1_FIELD_IS_ONLY]);
-    b.k_eff = f[SDM_P1_FIELD_K_EFF];
-    b.q_w = f[SDM_P1_FIELD_Q_W];
-    b.payload = static_cast<int32_t*>(f[SDM_P1_FIELD_PAYLOAD]);
-    b.pos_k = static_cast<int32_t*>(f[SDM_P1_FIELD_POS_K]);
-    b.pos_q = static_cast<int32_t*>(f[SDM_P1_FIELD_POS_Q]);
-    b.q_last = static_cast<int8_t*>(f[SDM_P1_FIELD_Q_LAST]);
-    b.q_only = static_cast<int8_t*>(f[SDM_P1_FIELD_Q_ONLY]);
-    b.spay_k = static_cast<int32_t*>(f[SDM_P1_FIELD_SPAY_K]);
-    b.spay_q = static_cast<int32_t*>(f[SDM_P1_FIELD_SPAY_Q]);
-    b.spay_rank = static_cast<int32_t*>(f[SDM_P1_FIELD_SPAY_RANK]);
-    b.krec = static_cast<int32_t*>(f[SDM_P1_FIELD_KREC]);
-    b.kspa = static_cast<float*>(f[SDM_P1_FIELD_KSPA]);
-    b.qrec = static_cast<int32_t*>(f[SDM_P1_FIELD_QREC]);
-    b.tiles_k = static_cast<int32_t*>(f[SDM_P1_FIELD_TILES_K]);
-    b.tiles_q = static_cast<int32_t*>(f[SDM_P1_FIELD_TILES_Q]);
-    b.segb_k = static_cast<int32_t*>(f[SDM_P1_FIELD_SEGB_K]);
-    b.dc_kpos = static_cast<int32_t*>(f[SDM_P1_FIELD_DC_KPOS]);
-    b.dc_bpre = static_cast<int32_t*>(f[SDM_P1_FIELD_DC_BPRE]);
-    b.qrec8 = static_cast<int32_t*>(f[SDM_P1_FIELD_QREC8]);
-    b.repeats = static_cast<int64_t*>(f[SDM_P1_FIELD_REPEATS]);
+    for_each_output(
+        b, [f](int field, auto& member) { member = static_cast<std::remove_reference_t<decltype(member)>>(f[field]); });
     return b;
 }
 

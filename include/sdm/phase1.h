@@ -303,8 +303,9 @@ typedef struct sdm_p1_plan sdm_p1_plan;
  * SASS of its major version at or below its minor one, no PTX at or below it; see
  * sdm_p1_cuda_architectures) gives SDM_P1_ERROR_BACKEND_UNAVAILABLE naming both. Where the
  * environment variable SDMP1_LOG is set (to anything but "0"), a CUDA plan's creation prints
- * one line on stderr naming the kernels that will compute its chunks (the lean kernel first
- * or the general one) and their launch shapes. SDMP1_SPREAD_TERMS, where set to a decimal
+ * on stderr a line naming the kernels that will compute its chunks (the lean kernel first or
+ * the general one) and their launch shapes, then a line a stage naming its kernel's exact
+ * instantiation and why it was chosen. SDMP1_SPREAD_TERMS, where set to a decimal
  * number, replaces the pair terms a chunk needs before a CUDA plan hands its a and qk to the
  * spread kernel (kernels/spread/README.md; 0: every hot chunk, 18446744073709551615: none):
  * for tests and benchmarks, since the outputs' bits never depend on it. The environment is

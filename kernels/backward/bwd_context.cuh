@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "../common/chunk_context.cuh"
-#include "backward_launch.h"
+#include "backward_args.h"
 
 namespace sdm_p1 {
 namespace cuda {

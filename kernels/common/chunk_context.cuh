@@ -10,13 +10,12 @@
 
 #include "../../canon/phase1_shared.h"
 #include "kernel_args.h"
-#include "../launch.h"
 
 namespace sdm_p1 {
 namespace cuda {
 
 // Threads per block: kMaxThreads, or half as many for chunks small enough that two blocks
-// share an SM (phase1.cu: configure). Static temporaries are sized for kMaxThreads.
+// share an SM (the policy: kernels/policy/kernel_policy.cu). Static temporaries are sized for kMaxThreads.
 constexpr int kMaxThreads = 512;
 constexpr int kSortTile = 4096;   // 64-bit keys per tile of the sort, whatever the block size
 constexpr int kScanItems = 8;     // positions per thread in a tile of the scans

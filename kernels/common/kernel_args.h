@@ -1,6 +1,6 @@
 // The arguments of the CUDA backend's kernels: the plan's shape, the layout of a chunk's
 // arrays and the pointers of one execute, as one plain struct (no CUDA headers). The plan
-// fixes everything but the pointers once, at creation (launch.h: configure); an execute sets
+// fixes everything but the pointers once, at creation (launch.h: plan_arguments); an execute sets
 // the pointers of its inputs, outputs and workspace (src/cuda/cuda_backend.cpp).
 #ifndef SDM_P1_KERNELS_KERNEL_ARGS_H
 #define SDM_P1_KERNELS_KERNEL_ARGS_H

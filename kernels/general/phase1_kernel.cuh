@@ -9,18 +9,16 @@
 // the compact chunks registers and instruction-cache room (2-9 % of their time, measured).
 // Plans with no field beyond the spec's default set (most plans) get a main kernel with no
 // code for the other fields (ShippedFields), which also carries the match-ranked sort.
-// The instantiations are compiled in four translation units, in parallel: phase1.cu (the
-// main kernels, with and without ShippedFields), phase1_sorted_rows.cu (the main kernels
-// with the rows in sorted order), phase1_wide_log.cu (the wide-log kernels) and
-// phase1_spread.cu (the main kernels of plans with spread slots, and the spread kernel).
+// The instantiations are listed in kernels/instantiations.txt, in four groups compiled in
+// parallel: general (the main kernels, with and without ShippedFields), general_sorted_rows
+// (the rows in sorted order), general_wide_log (the wide-log kernels) and spread (the main
+// kernels of plans with spread slots, and the spread kernel); kernels/policy/ chooses one.
 #ifndef SDM_P1_KERNELS_PHASE1_KERNEL_CUH
 #define SDM_P1_KERNELS_PHASE1_KERNEL_CUH
 
 #include <cuda_runtime.h>
 
 #include "../common/chunk_context.cuh"
-#include "../launch.h"
-#include "../common/smem_limits.cuh"
 #include "../common/stage_decode.cuh"
 #include "../common/stage_load.cuh"
 #include "stage_pairs.cuh"
@@ -30,23 +28,6 @@
 
 namespace sdm_p1 {
 namespace cuda {
-
-// The main kernel of launch configuration c with SortedRows (phase1_sorted_rows.cu).
-KernelFn sorted_rows_kernel(const LaunchConfig& c);
-// The wide-log kernel of launch configuration c (phase1_wide_log.cu).
-KernelFn wide_log_kernel(const LaunchConfig& c);
-// The lean kernel of a plan's form, and its configuration for `device` (lean.threads == 0:
-// the plan has none; phase1_lean.cu). Returns a cudaError_t value.
-KernelFn lean_kernel_for(const KernelShape& s);
-int lean_configure(const KernelShape& s, int device, int sms, LeanLayout* layout);
-// The spread kernel for a plan's count type; the main kernel of a plan with spread slots
-// (full-size blocks, rows not in sorted order); the spread layout of a plan of launch
-// configuration c whose chunks have `arrays` (spread.capacity == 0: no slots). In
-// phase1_spread.cu; spread_configure returns a cudaError_t value.
-KernelFn spread_kernel_for(bool narrow_counts);
-KernelFn spread_main_kernel(const LaunchConfig& c);
-int spread_configure(const KernelShape& s, const ArrayLayout& arrays, const LaunchConfig& c, size_t output_bytes,
-                     int device, int sms, SpreadLayout* out);
 
 // Each translation unit has its own instantiations.
 namespace {
@@ -152,26 +133,6 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads) phase1_kernel(
         }
         __syncthreads();
     }
-}
-
-// The full-size kernel of launch configuration c among those with SortedRows, WideLog,
-// ShippedFields and Spread. 32-bit counts mean a chunk too large for shared memory.
-template <bool SortedRows, bool WideLog, bool ShippedFields, bool Spread>
-KernelFn full_size_kernel_of(const LaunchConfig& c) {
-    if (!c.narrow_counts)
-        return phase1_kernel<kMaxThreads, uint32_t, false, SortedRows, WideLog, ShippedFields, Spread>;
-    return c.on_chip ? phase1_kernel<kMaxThreads, uint16_t, true, SortedRows, WideLog, ShippedFields, Spread>
-                     : phase1_kernel<kMaxThreads, uint16_t, false, SortedRows, WideLog, ShippedFields, Spread>;
-}
-
-// The kernel of launch configuration c among those with SortedRows, WideLog and
-// ShippedFields. The half-size block always has its core arrays on chip (configure).
-template <bool SortedRows, bool WideLog, bool ShippedFields = false>
-KernelFn kernel_of(const LaunchConfig& c) {
-    if (c.threads != kMaxThreads) {
-        return phase1_kernel<kMaxThreads / 2, uint16_t, true, SortedRows, WideLog, ShippedFields>;
-    }
-    return full_size_kernel_of<SortedRows, WideLog, ShippedFields, false>(c);
 }
 
 }   // namespace

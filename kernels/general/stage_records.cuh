@@ -10,6 +10,7 @@
 #ifndef SDM_P1_KERNELS_STAGE_RECORDS_CUH
 #define SDM_P1_KERNELS_STAGE_RECORDS_CUH
 
+#include "../../canon/field_members.h"
 #include "../common/chunk_context.cuh"
 
 namespace sdm_p1 {
@@ -87,11 +88,12 @@ __device__ __forceinline__ EntryFacts entry_facts(const KernelArgs& a, const Out
 }
 
 // The outputs of a plan whose fields are within SDM_P1_DET_SHIPPED's set (KernelShape::
-// shipped_fields), with the others' pointers null as constants.
+// shipped_fields), with the others' pointers null as constants (canon/field_sets.h).
 __device__ __forceinline__ OutputBuffers shipped_fields_of(const OutputBuffers& all) {
     OutputBuffers o = all;
-    o.krec = o.qrec = o.qrec8 = o.tiles_k = o.tiles_q = o.segb_k = o.dc_kpos = o.dc_bpre = nullptr;
-    o.kspa = nullptr;
+    for_each_output(o, [](int f, auto& p) {
+        if (!shipped_field(f)) p = nullptr;
+    });
     return o;
 }
 

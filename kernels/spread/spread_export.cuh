@@ -33,7 +33,8 @@ __device__ __forceinline__ void count_pair_terms(const Chunk& k, const Arrays& a
 
 // Hands chunk k's units to the spread kernel where its terms reach the plan's threshold and a
 // slot is free (every thread calls it; true: handed over, the block writes no pair sum).
-// Compiled only into the main kernels of plans with slots (phase1_spread.cu): compiled into
+// Compiled only into the main kernels of plans with slots (the group spread of
+// kernels/instantiations.txt): compiled into
 // every main kernel it cost the chunks that never take it 5-7 % inlined (S4, S7, S6 with every
 // field) and 10-32 % out of line.
 template <class Arrays>

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../../canon/field_sets.h"
 #include "../checked_size.h"
 #include "../errors.h"
-#include "../field_sets.h"
 #include "../input_error.h"
 #include "../payload_error.h"
 #include "architectures.h"
@@ -97,15 +97,11 @@ bool driver_device_memory(uintptr_t address, int device, uintptr_t* begin, uintp
     return true;
 }
 
-// The device's payload problems are PayloadError's (kernels/backward/backward_launch.h).
+// The device's payload problems are PayloadError's (kernels/backward/backward_args.h).
 static_assert(kPayloadNoEntry == PayloadError::kNoEntry && kPayloadTwice == PayloadError::kTwice &&
                   kPayloadPaddingBit == PayloadError::kPaddingBit &&
                   kPayloadPaddingFirst == PayloadError::kPaddingFirst && kPayloadNoHead == PayloadError::kNoHead,
               "the payload problems agree");
-
-// Backward plans: the backward's slices may take the plan's outputs' bytes, and at least this
-// many (the backward's gradients are small next to its slices, 130 bytes or so an entry).
-constexpr size_t kBackwardSliceFloor = size_t{64} << 20;
 
 // SDMP1_SPREAD_TERMS, where set to a number: the pair terms from which a chunk's pair sums
 // go to the spread kernel, in place of the plan's default (Backend::prepare).
@@ -123,38 +119,10 @@ bool log_wanted() {
     return env != nullptr && std::strcmp(env, "0") != 0;
 }
 
-// SDMP1_LOG's line (Backend::prepare).
-void log_plan(const Options& o, const LaunchConfig& c, const SpreadLayout& spread) {
+// SDMP1_LOG's lines (Backend::prepare): the policy's choice, stage by stage, and why.
+void log_plan(const PlanRequest& plan, const KernelPolicy& policy) {
     if (!log_wanted()) return;
-    const LeanLayout& l = c.lean;
-    std::fprintf(stderr, "libsdmp1: plan N=%lld C=%d W=%d R=%d keys=%lld: kernel %s", static_cast<long long>(o.N), o.C,
-                 o.W, o.R, static_cast<long long>(o.num_keys), kernel_name(c));
-    if (l.threads != 0) {
-        std::fprintf(stderr, " (%d blocks of %d threads, %d an SM, %u B shared, %u grouped entries a chunk)", l.grid,
-                     l.threads, l.blocks_per_sm, l.smem_bytes, l.max_grouped);
-    }
-    std::fprintf(stderr, ", general (%d blocks of %d threads, %zu B shared)", c.grid, c.threads, c.smem_bytes);
-    if (spread.capacity != 0) {
-        std::fprintf(stderr, ", spread (%d blocks, %lld slots of %zu B, from %llu terms a chunk)", spread.grid,
-                     static_cast<long long>(spread.capacity), spread.slot_bytes,
-                     static_cast<unsigned long long>(spread.min_terms));
-    }
-    std::fprintf(stderr, "\n");
-}
-
-// SDMP1_LOG's line of a backward plan (Backend::prepare).
-void log_backward_plan(const BackwardConfig& c) {
-    if (!log_wanted()) return;
-    const LeanBackwardLayout& l = c.lean;
-    std::fprintf(stderr, "libsdmp1: backward");
-    if (l.threads != 0) {
-        std::fprintf(stderr,
-                     " lean (%d blocks of %d threads, %d an SM, %u B shared, %d hot warps, hot groups of up to %d "
-                     "entries, xbar %s, beta terms %s, %zu B slices), then",
-                     l.grid, l.threads, l.blocks_per_sm, l.smem_bytes, l.hot_warps, l.hot_max,
-                     l.xbar_in_smem ? "shared" : "global", l.beta_terms_in_smem ? "shared" : "global", l.slice_bytes);
-    }
-    std::fprintf(stderr, " general (%d blocks, %zu B slices)\n", c.grid, c.layout.bytes);
+    std::fputs(policy_log(plan, policy).c_str(), stderr);
 }
 
 }   // namespace
@@ -173,16 +141,7 @@ KernelShape kernel_shape(const Options& o) {
     s.rec_tile = o.rec_tile;
     s.idx64 = o.idx64;
     s.bf16 = o.bf16;
-    s.group_counts = o.has(SDM_P1_DET_TILES) || o.has(SDM_P1_DET_DC_GIDX);
-    const bool records = o.has(SDM_P1_DET_KREC) || o.has(SDM_P1_DET_QREC) || o.has(SDM_P1_DET_QREC8);
-    // The row pass finds each entry's exponentials again; where the slots are fewer than the
-    // entries (long groups: most logs are not an entry's own gate) that costs more than the
-    // scattered stores it saves (measured: S4 3.83 -> 4.06 ms with every field, S1 2.77 -> 2.22).
-    s.sorted_rows = (records || o.has(SDM_P1_DET_KSPA)) && o.num_keys >= o.C * (o.W + o.R);
-    s.slots = records && s.sorted_rows;
-    // The usual plans (the spec's default fields or fewer) get a kernel without the other
-    // fields' code.
-    s.shipped_fields = within_shipped(o.det_fields);
+    // group_counts, slots, sorted_rows and shipped_fields: the policy's (kernels/policy/).
     return s;
 }
 
@@ -237,41 +196,21 @@ int resolve_device(int requested) {
 
 void Backend::prepare(const Options& o, size_t output_bytes) {
     const DeviceGuard guard(device_);
-    const int e = configure(kernel_shape(o), device_, output_bytes, &config_, &args_);
-    check(static_cast<cudaError_t>(e), "configuring the Phase 1 kernel");
+    PlanRequest plan{};
+    plan.shape = kernel_shape(o);
+    plan.det_fields = o.det_fields;
+    plan.output_bytes = output_bytes;
+    plan.backward = o.backward;
+    plan.spread_min_terms = kSpreadMinTerms;
+    spread_min_terms(&plan.spread_min_terms);
+    bool in_backward = false;
+    const int e = plan_kernels(plan, device_, &policy_, &in_backward);
+    check(static_cast<cudaError_t>(e),
+          in_backward ? "configuring the Phase 1 backward kernel" : "configuring the Phase 1 kernel");
     // Sized with the same checks as the outputs: a workspace past kMaxBytes refuses the plan.
-    const char* what = "the CUDA workspace";
-    status_offset_ = 0;
-    value_offset_ = checked_align_up(sizeof(DeviceStatus), 256, what);
-    const size_t values = checked_align_up(checked_mul(static_cast<size_t>(o.N), sizeof(uint64_t), what), 256, what);
-    wide_offset_ = checked_add(value_offset_, values, what);
-    general_offset_ = checked_add(wide_offset_, values, what);
-    scratch_offset_ = checked_add(general_offset_, values, what);
-    size_t scratch = checked_mul(static_cast<size_t>(config_.grid), config_.scratch_per_block, what);
-    const size_t slots = checked_mul(static_cast<size_t>(config_.spread.capacity), config_.spread.slot_bytes, what);
-    bool lean_in_slots = false;
-    if (o.backward) {
-        // The backward's slices share the forward's scratch: a plan runs one at a time.
-        payload_value_offset_ = scratch_offset_;
-        scratch_offset_ = checked_add(payload_value_offset_, values, what);
-        const size_t budget = output_bytes > kBackwardSliceFloor ? output_bytes : kBackwardSliceFloor;
-        const int b = backward_configure(kernel_shape(o), device_, budget, &backward_);
-        check(static_cast<cudaError_t>(b), "configuring the Phase 1 backward kernel");
-        const size_t general = checked_mul(static_cast<size_t>(backward_.grid), backward_.layout.bytes, what);
-        const size_t lean = checked_mul(static_cast<size_t>(backward_.lean.grid), backward_.lean.slice_bytes, what);
-        // The lean backward's slices in the forward's spread slots where they fit (the forward
-        // alone uses those), else after the general backward's.
-        lean_in_slots = lean <= slots;
-        lean_slices_offset_ = checked_add(scratch_offset_, checked_align_up(general, 256, what), what);
-        const size_t slices = checked_add(checked_align_up(general, 256, what), lean_in_slots ? 0 : lean, what);
-        if (slices > scratch) scratch = slices;
-    }
-    spread_offset_ = checked_align_up(checked_add(scratch_offset_, scratch, what), 256, what);
-    if (lean_in_slots) lean_slices_offset_ = spread_offset_;
-    workspace_bytes_ = checked_add(spread_offset_, slots, what);
-    spread_min_terms(&args_.spread.min_terms);
-    log_plan(o, config_, args_.spread);
-    if (o.backward) log_backward_plan(backward_);
+    if (policy_.workspace.too_large) too_large("the CUDA workspace");
+    args_ = plan_arguments(policy_);
+    log_plan(plan, policy_);
 }
 
 sdm_p1_allocator Backend::default_allocator() const { return sdm_p1_allocator{nullptr, device_alloc, device_free}; }
@@ -352,15 +291,16 @@ void Backend::execute(const Options&, const InputRecord& in, void* workspace, vo
     a.stream_lengths = in.stream_lengths;
     a.lengths64 = in.lengths64;
     a.out = in.out;
-    a.scratch = config_.scratch_per_block != 0 ? ws + scratch_offset_ : nullptr;
-    a.status = reinterpret_cast<DeviceStatus*>(ws + status_offset_);
-    a.chunk_value = reinterpret_cast<uint64_t*>(ws + value_offset_);
-    a.wide_chunks = reinterpret_cast<unsigned long long*>(ws + wide_offset_);
-    // Null: the main kernel computes every chunk (no lean kernel leaves it a list).
-    a.general_chunks =
-        config_.lean.threads != 0 ? reinterpret_cast<unsigned long long*>(ws + general_offset_) : nullptr;
-    a.spread_slots = config_.spread.capacity != 0 ? ws + spread_offset_ : nullptr;
-    check(static_cast<cudaError_t>(launch(config_, a, stream)), "launching the Phase 1 kernel");
+    const ForwardKernels& f = policy_.forward;
+    const WorkspaceLayout& w = policy_.workspace;
+    a.scratch = f.scratch_per_block != 0 ? ws + w.scratch : nullptr;
+    a.status = reinterpret_cast<DeviceStatus*>(ws + w.status);
+    a.chunk_value = reinterpret_cast<uint64_t*>(ws + w.chunk_value);
+    a.wide_chunks = reinterpret_cast<unsigned long long*>(ws + w.wide_chunks);
+    // Null: the general kernel computes every chunk (no lean kernel leaves it a list).
+    a.general_chunks = f.lean.launched() ? reinterpret_cast<unsigned long long*>(ws + w.general_chunks) : nullptr;
+    a.spread_slots = f.spread.launched() ? ws + w.spread_slots : nullptr;
+    check(static_cast<cudaError_t>(launch(policy_, a, stream)), "launching the Phase 1 kernel");
 }
 
 void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* workspace, void* stream) {
@@ -396,6 +336,8 @@ void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* 
     if (g.g != nullptr) memory.require(g.g, "out->", "g");
     if (g.beta != nullptr) memory.require(g.beta, "out->", "beta");
     char* ws = static_cast<char*>(workspace);
+    const BackwardKernels& k = policy_.backward_kernels;
+    const WorkspaceLayout& w = policy_.workspace;
     BackwardArgs a{};
     a.k = args_;
     a.k.k_idx = in.k_idx;
@@ -406,37 +348,36 @@ void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* 
     a.k.beta = b.up.kspa != nullptr ? in.beta : nullptr;
     a.k.stream_lengths = in.stream_lengths;
     a.k.lengths64 = in.lengths64;
-    a.k.status = reinterpret_cast<DeviceStatus*>(ws + status_offset_);
-    a.k.chunk_value = reinterpret_cast<uint64_t*>(ws + value_offset_);
+    a.k.status = reinterpret_cast<DeviceStatus*>(ws + w.status);
+    a.k.chunk_value = reinterpret_cast<uint64_t*>(ws + w.chunk_value);
     a.payload = b.payload;
     a.row = o.row();
     a.grad_bf16 = o.grad_bf16;
     a.compute = g.k_val != nullptr || g.q_val != nullptr || g.g != nullptr || g.beta != nullptr;
     a.up = b.up;
     a.grads = g;
-    a.slices = ws + scratch_offset_;
-    a.layout = backward_.layout;
-    a.payload_value = reinterpret_cast<uint64_t*>(ws + payload_value_offset_);
-    a.lean = backward_.lean;
-    a.lean_slices = backward_.lean.slice_bytes != 0 ? ws + lean_slices_offset_ : nullptr;
+    a.slices = ws + w.scratch;
+    a.layout = k.layout;
+    a.payload_value = reinterpret_cast<uint64_t*>(ws + w.payload_value);
+    a.lean = k.lean_layout;
+    a.lean_slices = k.lean_layout.slice_bytes != 0 ? ws + w.lean_slices : nullptr;
     // The chunks the lean backward leaves to the general one (the forward's list, unused now).
-    a.k.general_chunks =
-        backward_.lean.threads != 0 ? reinterpret_cast<unsigned long long*>(ws + general_offset_) : nullptr;
-    check(static_cast<cudaError_t>(backward_launch(backward_, a, stream)), "launching the Phase 1 backward kernel");
+    a.k.general_chunks = k.lean.launched() ? reinterpret_cast<unsigned long long*>(ws + w.general_chunks) : nullptr;
+    check(static_cast<cudaError_t>(launch_backward(policy_, a, stream)), "launching the Phase 1 backward kernel");
 }
 
 void Backend::check_status(const Options& o, void* workspace) const {
     char* ws = static_cast<char*>(workspace);
     DeviceStatus status{};
-    check(cudaMemcpy(&status, ws + status_offset_, sizeof status, cudaMemcpyDeviceToHost),
+    check(cudaMemcpy(&status, ws + policy_.workspace.status, sizeof status, cudaMemcpyDeviceToHost),
           "cudaMemcpy (reading the data check)");
     const char* const who = status.backward == 0u ? "sdm_p1_execute_backward" : "sdm_p1_execute";
     if (status.bad_stream != ~0ull) {
         // The length error comes first, as on the CPU, which checks lengths before any chunk.
         const int64_t stream = static_cast<int64_t>(status.bad_stream);
         uint64_t length = 0;
-        check(cudaMemcpy(&length, ws + value_offset_ + static_cast<size_t>(stream) * sizeof(uint64_t), sizeof length,
-                         cudaMemcpyDeviceToHost),
+        check(cudaMemcpy(&length, ws + policy_.workspace.chunk_value + static_cast<size_t>(stream) * sizeof(uint64_t),
+                         sizeof length, cudaMemcpyDeviceToHost),
               "cudaMemcpy (reading the data check)");
         report_length_error(o, stream, static_cast<int64_t>(length), who);
     }
@@ -448,8 +389,8 @@ void Backend::check_status(const Options& o, void* workspace) const {
         const int64_t c = static_cast<int64_t>(payload_chunk);
         const uint32_t code = static_cast<uint32_t>(status.payload_key & ((1u << kStatusCodeBits) - 1u));
         uint64_t bits = 0;
-        check(cudaMemcpy(&bits, ws + payload_value_offset_ + static_cast<size_t>(c) * sizeof(uint64_t), sizeof bits,
-                         cudaMemcpyDeviceToHost),
+        check(cudaMemcpy(&bits, ws + policy_.workspace.payload_value + static_cast<size_t>(c) * sizeof(uint64_t),
+                         sizeof bits, cudaMemcpyDeviceToHost),
               "cudaMemcpy (reading the data check)");
         PayloadError err{};
         err.found = true;
@@ -463,7 +404,7 @@ void Backend::check_status(const Options& o, void* workspace) const {
     const int64_t c = static_cast<int64_t>(status.key >> kStatusCodeBits);
     const uint32_t code = static_cast<uint32_t>(status.key & ((1u << kStatusCodeBits) - 1u));
     uint64_t bits = 0;
-    check(cudaMemcpy(&bits, ws + value_offset_ + static_cast<size_t>(c) * sizeof(uint64_t), sizeof bits,
+    check(cudaMemcpy(&bits, ws + policy_.workspace.chunk_value + static_cast<size_t>(c) * sizeof(uint64_t), sizeof bits,
                      cudaMemcpyDeviceToHost),
           "cudaMemcpy (reading the data check)");
     const int WR = o.W + o.R;

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <string>
 
-#include "../../kernels/backward/backward_launch.h"
 #include "../../kernels/launch.h"
 #include "../backend.h"
 #include "sdm/phase1.h"
@@ -15,8 +14,9 @@
 namespace sdm_p1 {
 namespace cuda {
 
-// The kernel's compile-time shape of a plan: which fields, layouts and paths its kernels
-// build in (tests/stage_dump/test_stage_dump_cuda.cu forces some of them on).
+// A plan's shape as the kernels read it: its sizes and options. Its forms (which fields,
+// layouts and paths the kernels are compiled for) are the policy's to choose
+// (kernels/policy/; tests/stage_dump/test_stage_dump_cuda.cu sets them itself).
 KernelShape kernel_shape(const Options& o);
 
 // Devices the backend can use; 0 (with the runtime's reason in *why) when there is no driver
@@ -77,17 +77,18 @@ class Backend final : public sdm_p1::Backend {
 public:
     explicit Backend(int device) : device_(device) {}
 
-    // Chooses the launch configuration, the kernels' constant arguments and the workspace
-    // layout (`output_bytes` bounds the global scratch), with the device current. Where the
-    // environment variable SDMP1_LOG is set (to anything but "0"), one line on stderr: the
-    // plan's shape and the kernels its configuration runs (lean or general first, blocks,
-    // threads, shared memory), for the benchmark and for whoever asks why a plan runs at the
-    // speed it does. SDMP1_SPREAD_TERMS, where set to a decimal number, replaces the pair
-    // terms from which a chunk's pair sums go to the spread kernel (kernels/spread/README.md;
-    // 0: every chunk on the warp path; 18446744073709551615: none), for the tests and the
-    // benchmark: the bits never depend on it. Nothing else reads the environment.
+    // Chooses the plan's kernels (kernels/launch.h: plan_kernels, the kernel policy), the
+    // kernels' constant arguments and the workspace layout (`output_bytes` bounds the global
+    // scratch), with the device current. Where the environment variable SDMP1_LOG is set (to
+    // anything but "0"), lines on stderr: the plan's shape and the kernels it runs, stage by
+    // stage, each instantiation and why the policy chose it (kernels/policy/policy_log.cpp),
+    // for the benchmark and for whoever asks why a plan runs at the speed it does.
+    // SDMP1_SPREAD_TERMS, where set to a decimal number, replaces the pair terms from which a
+    // chunk's pair sums go to the spread kernel (kernels/spread/README.md; 0: every chunk on
+    // the warp path; 18446744073709551615: none), for the tests and the benchmark: the bits
+    // never depend on it. Nothing else reads the environment.
     void prepare(const Options& o, size_t output_bytes) override;
-    size_t workspace_bytes() const override { return workspace_bytes_; }
+    size_t workspace_bytes() const override { return policy_.workspace.bytes; }
     size_t alignment() const override { return 256; }
     // cudaMalloc / cudaFree.
     sdm_p1_allocator default_allocator() const override;
@@ -110,20 +111,8 @@ public:
 
 private:
     int device_;
-    LaunchConfig config_{};
-    KernelArgs args_{};                 // every argument but the pointers of an execute
-    size_t status_offset_ = 0;          // DeviceStatus
-    size_t value_offset_ = 0;           // uint64[N] bits of each chunk's first bad value
-    size_t wide_offset_ = 0;            // uint64[N] the chunks left to the wide-log kernel
-    size_t general_offset_ = 0;         // uint64[N] the chunks the lean kernel left to the main kernel
-    size_t payload_value_offset_ = 0;   // backward plans: uint64[N] each chunk's first bad payload word
-    size_t scratch_offset_ = 0;         // global scratch of the blocks (config_), if any; a backward
-                                        // plan's backward slices (backward_) from the same offset
-    size_t lean_slices_offset_ = 0;     // backward plans: the lean backward's slices, in the spread
-                                        // slots where they fit, else after the general backward's
-    size_t spread_offset_ = 0;          // the spread kernel's slots (config_.spread), if any
-    BackwardConfig backward_{};         // backward plans: the backward's configuration
-    size_t workspace_bytes_ = 0;
+    KernelPolicy policy_{};   // the plan's kernels, their layouts and the workspace's parts
+    KernelArgs args_{};       // every argument but the pointers of an execute
 };
 
 }   // namespace cuda

@@ -14,15 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "../../canon/field_sets.h"
 #include "cuda_cases.h"
 #include "cuda_harness.h"
 #include "sdm/phase1.h"
 
 namespace cuda_test {
 
-constexpr int kDifferentiable[] = {SDM_P1_FIELD_A,    SDM_P1_FIELD_QK,   SDM_P1_FIELD_LOG_K, SDM_P1_FIELD_LOG_Q,
-                                   SDM_P1_FIELD_REX,  SDM_P1_FIELD_CPE,  SDM_P1_FIELD_K_EFF, SDM_P1_FIELD_Q_W,
-                                   SDM_P1_FIELD_KREC, SDM_P1_FIELD_KSPA, SDM_P1_FIELD_QREC,  SDM_P1_FIELD_QREC8};
+// The differentiable fields, their element types and where their elements lie: the library's
+// one definition (canon/field_sets.h).
+constexpr sdm_p1::FieldList kDifferentiable = sdm_p1::differentiable_fields();
 constexpr uint32_t kAllUpstream = ~0u;
 
 // The upstream gradients' values: normal; all zero; normal with NaN, +-inf, 0 and 1e30 among
@@ -51,25 +52,21 @@ inline std::string describe(const BackwardSpec& b) {
     return s;
 }
 
-inline bool value_typed(int f) { return f == SDM_P1_FIELD_CPE || f == SDM_P1_FIELD_K_EFF || f == SDM_P1_FIELD_Q_W; }
+inline bool value_typed(int f) { return sdm_p1::upstream_of(f) == sdm_p1::Upstream::kValueDtype; }
 
 inline bool is_given(const BackwardSpec& b, int f) { return f < 32 && (b.given >> f & 1u) != 0u; }
 
 // Elements of field f's upstream gradient.
 inline int64_t upstream_count(const CaseSpec& s, int f) {
-    switch (f) {
-        case SDM_P1_FIELD_A:
-        case SDM_P1_FIELD_QK:
-            return s.N * s.C * s.C;
-        case SDM_P1_FIELD_LOG_Q:
-        case SDM_P1_FIELD_Q_W:
-        case SDM_P1_FIELD_QREC:
-        case SDM_P1_FIELD_QREC8:
-            return s.N * s.C * s.R;
-        case SDM_P1_FIELD_KREC:
-            return 2 * s.N * s.C * s.W;
+    const sdm_p1::UpstreamGrad u = sdm_p1::upstream_grad(f);
+    switch (u.index) {
+        case sdm_p1::UpstreamIndex::kCells:
+            return s.N * s.C * s.C * u.words;
+        case sdm_p1::UpstreamIndex::kReads:
+        case sdm_p1::UpstreamIndex::kReadRows:
+            return s.N * s.C * s.R * u.words;
         default:
-            return s.N * s.C * s.W;
+            return s.N * s.C * s.W * u.words;
     }
 }
 
@@ -78,25 +75,22 @@ inline int64_t upstream_count(const CaseSpec& s, int f) {
 // records (a chunk's valid entries come first in its sorted row).
 inline bool read_cell(const CaseSpec& s, int f, int64_t i) {
     const int64_t C = s.C, W = s.W, R = s.R;
-    switch (f) {
-        case SDM_P1_FIELD_A:
-        case SDM_P1_FIELD_QK: {
-            const int64_t c = i / (C * C), row = i / C % C, col = i % C;
+    const sdm_p1::UpstreamGrad u = sdm_p1::upstream_grad(f);
+    const int64_t e = i / u.words;   // the cell, entry or row
+    switch (u.index) {
+        case sdm_p1::UpstreamIndex::kCells: {
+            const int64_t c = e / (C * C), row = e / C % C, col = e % C;
             const int64_t valid = s.chunk_valid(c);
             return row < valid && col < valid && (f == SDM_P1_FIELD_A ? col < row : col <= row);
         }
-        case SDM_P1_FIELD_LOG_Q:
-        case SDM_P1_FIELD_Q_W:
-            return i / R % C < s.chunk_valid(i / (C * R));
-        case SDM_P1_FIELD_QREC:
-        case SDM_P1_FIELD_QREC8:
-            return i % (C * R) < s.chunk_valid(i / (C * R)) * R;
-        case SDM_P1_FIELD_KREC:
-            return i / 2 % (C * W) < s.chunk_valid(i / (2 * C * W)) * W;
-        case SDM_P1_FIELD_KSPA:
-            return i % (C * W) < s.chunk_valid(i / (C * W)) * W;
+        case sdm_p1::UpstreamIndex::kReads:
+            return e / R % C < s.chunk_valid(e / (C * R));
+        case sdm_p1::UpstreamIndex::kReadRows:
+            return e % (C * R) < s.chunk_valid(e / (C * R)) * R;
+        case sdm_p1::UpstreamIndex::kWriteRows:
+            return e % (C * W) < s.chunk_valid(e / (C * W)) * W;
         default:
-            return i / W % C < s.chunk_valid(i / (C * W));
+            return e / W % C < s.chunk_valid(e / (C * W));
     }
 }
 

@@ -561,7 +561,7 @@ inline std::vector<int64_t> chunk_reads(const CaseSpec& s, Rng& rng, const std::
     return q;
 }
 
-// The slots a bucket of the lean kernel's sort spans (kernels/lean/phase1_lean.cu: 16 buckets a
+// The slots a bucket of the lean kernel's sort spans (kernels/policy/kernel_policy.cu: 16 buckets a
 // thread, the block the smallest power of two from 64 with 16 keys a thread).
 inline int64_t lean_bucket_slots(const CaseSpec& s) {
     const int64_t n = s.C * (s.W + s.R);

@@ -18,6 +18,7 @@
 //   --backward  the backward's families alone (sdm_p1_execute_backward against the CPU
 //               backend's, byte for byte, and its CUDA promises)
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <vector>
@@ -859,6 +861,73 @@ void run_spread_families(Tally& t, const Options& o, cudaStream_t stream) {
     t.end();
 }
 
+// What SDMP1_LOG=1 makes the creation of a plan of case s print on stderr (captured in a file).
+std::string plan_log(const CaseSpec& s) {
+    std::fflush(stderr);
+    FILE* const file = std::tmpfile();
+    if (file == nullptr) throw std::runtime_error("tmpfile failed");
+    const int saved = dup(2);
+    dup2(fileno(file), 2);
+    setenv("SDMP1_LOG", "1", 1);
+    std::string error;
+    try {
+        const CudaPlan plan(s, OutMode::Plan);
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    unsetenv("SDMP1_LOG");
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    std::string text(static_cast<size_t>(std::ftell(file)), '\0');
+    std::rewind(file);
+    text.resize(std::fread(&text[0], 1, text.size(), file));
+    std::fclose(file);
+    if (!error.empty()) throw std::runtime_error(error);
+    return text;
+}
+
+// SDMP1_LOG=1: the plan's line, then a line a stage naming the kernel policy's instantiation
+// (kernels/instantiations.txt) and why (kernels/policy/): S1's shape (the lean kernel first, the
+// general kernel on what it leaves) and S8's (N = 128: spread slots), each with a backward.
+void test_plan_log(Tally& t, const Options&) {
+    CaseSpec s1 = spec("log-S1", 264, 64, 32, 32, 65536);
+    s1.backward = true;
+    CaseSpec s8 = spec("log-S8", 128, 128, 64, 64, 262144);
+    s8.backward = true;
+    const std::string l1 = plan_log(s1), l8 = plan_log(s8);
+    std::printf("%s%s", l1.c_str(), l8.c_str());
+    // "" where the log has every part, else the first it lacks.
+    const auto has = [](const std::string& text, std::initializer_list<const char*> parts) -> std::string {
+        for (const char* part : parts) {
+            if (text.find(part) == std::string::npos) return std::string("no \"") + part + "\" in the log";
+        }
+        return "";
+    };
+    t.run("S1: the plan's line",
+          [&] { return has(l1, {"libsdmp1: plan N=264 C=64 W=32 R=32 keys=65536: kernel lean ("}); });
+    t.run("S1: the lean kernel's instantiation and why", [&] {
+        return has(l1,
+                   {"libsdmp1:   lean             lean::lean_kernel<int32_t, float, false, 256>: the shipped fields"});
+    });
+    t.run("S1: the general kernel on the chunks the lean kernel leaves", [&] {
+        return has(l1, {"libsdmp1:   general          phase1_kernel<", ": the chunks the lean kernel leaves; "});
+    });
+    t.run("S1: the wide-log kernel and no spread slots", [&] {
+        return has(l1, {"libsdmp1:   wide-log         phase1_kernel<", "libsdmp1:   spread           none: "});
+    });
+    t.run("S1: the backward's kernels", [&] {
+        return has(
+            l1, {"libsdmp1: backward lean (", "libsdmp1:   lean backward    lbwd::lean_backward_kernel<false, 256>: ",
+                 "libsdmp1:   general backward backward_kernel<false>: ",
+                 "libsdmp1:   sorting backward backward_kernel<true>: "});
+    });
+    t.run("S8: spread slots and the general kernel with the hand-over", [&] {
+        return has(l8, {"libsdmp1:   spread           spread_kernel<uint16_t>: N = 128 <= 2 x the general grid",
+                        ", false, false, true, true>: ", "compiled with the hand-over"});
+    });
+}
+
 // One API family; an exception outside its checks (in its setup) counts as a failed check.
 void family(Tally& t, const Options& o, const char* name, const std::function<void()>& body) {
     if (!o.only.empty() && o.only != name) return;
@@ -1480,6 +1549,7 @@ void run_api_families(Tally& t, const Options& o, cudaStream_t stream) {
     family(t, o, "graph_lengths", [&] { test_graph_lengths(t, o); });
     family(t, o, "bad_lengths", [&] { test_bad_lengths(t, o, stream); });
     family(t, o, "backend", [&] { test_backend(t, o); });
+    family(t, o, "plan_log", [&] { test_plan_log(t, o); });
     if (!o.quick)
         family(t, o, "execute_cost", [&] { report_execute_cost(t, stream); });   // timing: not under a sanitizer
     // Last: should a host pointer get through to a kernel, the context is lost for what follows.

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <string>
 
-#include "field_sets.h"   // src/: the library's field sets, header-only
+#include "../../../canon/field_sets.h"   // the library's field sets, header-only
 #include "plan_cache.h"
 
 namespace sdmp1_jax {
@@ -165,7 +165,7 @@ void set_inputs(const ffi::AnyBuffer& k_idx, const ffi::AnyBuffer& q_idx, const 
 }
 
 // The dtype and shape of field f's upstream gradient (docs/backward.md); false for a field that
-// is not differentiable (src/field_sets.h).
+// is not differentiable (canon/field_sets.h).
 bool upstream_layout(int f, const sdm_p1_desc& d, ffi::DataType* dtype, Dims* dims) {
     switch (sdm_p1::upstream_of(f)) {
         case sdm_p1::Upstream::kNone:

@@ -1,4 +1,4 @@
-"""The package's field sets against their one definition, src/field_sets.h (whose sets the
+"""The package's field sets against their one definition, canon/field_sets.h (whose sets the
 library uses): the training set (DET_RECORDS, what a call adds to DET_SHIPPED when beta is
 given) against the file's text, and the differentiable set (DIFFERENTIABLE, VALUE_TYPED)
 against what sdm_p1_execute_backward accepts: an upstream gradient of every field, alone, is
@@ -21,7 +21,7 @@ from sdm_phase1._core.backward import DIFFERENTIABLE, VALUE_TYPED  # noqa: E402
 from sdm_phase1._core.constants import DET_RECORDS  # noqa: E402
 from sdm_phase1._core.types import FIELDS  # noqa: E402
 
-FIELD_SETS = Path(__file__).resolve().parents[3] / "src" / "field_sets.h"
+FIELD_SETS = Path(__file__).resolve().parents[3] / "canon" / "field_sets.h"
 N, C, W, R, KEYS = 2, 4, 2, 2, 8
 
 
@@ -29,7 +29,7 @@ def test_training_set_is_field_sets_h():
     if not FIELD_SETS.is_file():
         pytest.skip(f"{FIELD_SETS} is not here (an installed package without its source tree)")
     m = re.search(r"kTrainingDetFields\s*=\s*([^;]+);", FIELD_SETS.read_text())
-    assert m, "src/field_sets.h: no kTrainingDetFields"
+    assert m, "canon/field_sets.h: no kTrainingDetFields"
     names = [n.strip() for n in m.group(1).split("|")]
     assert DET_RECORDS == sum(getattr(lib, n) for n in names), names
 

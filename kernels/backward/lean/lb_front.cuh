@@ -8,6 +8,9 @@
 #ifndef SDM_P1_KERNELS_BACKWARD_LEAN_LB_FRONT_CUH
 #define SDM_P1_KERNELS_BACKWARD_LEAN_LB_FRONT_CUH
 
+#include <utility>
+
+#include "../../../canon/field_members.h"
 #include "../../common/stage_load.cuh"
 #include "lb_context.cuh"
 
@@ -32,6 +35,24 @@ __device__ __forceinline__ void begin_chunk(const LbChunk& k, const LbArrays& ar
     __syncthreads();
 }
 
+// The record gradients (canon/field_sets.h: read by sorted row), in ascending field order.
+constexpr FieldList kRecordGrads = record_gradients();
+
+// Chunk c's rows of each record gradient given, brought into L2 (nk write rows, nq read rows).
+template <size_t... I>
+__device__ __forceinline__ void prefetch_record_grads(const UpstreamGrads& up, int64_t c, size_t nk, size_t nq,
+                                                      std::index_sequence<I...>) {
+    const struct {
+        const void* p;
+        size_t bytes;   // a chunk's
+    } fields[] = {{upstream_pointer<kRecordGrads.field[I]>(up),
+                   (upstream_grad(kRecordGrads.field[I]).index == UpstreamIndex::kWriteRows ? nk : nq) *
+                       (4 * upstream_grad(kRecordGrads.field[I]).words)}...};
+    for (const auto& f : fields) {
+        if (f.p != nullptr) prefetch_l2(static_cast<const char*>(f.p) + c * f.bytes, f.bytes);
+    }
+}
+
 // Chunk c's payload row, values, gates and upstream records (read by sorted row, gathered) are
 // brought into L2 while the block works on its current chunk.
 __device__ __forceinline__ void prefetch_backward_chunk(const BackwardArgs& b, int64_t c) {
@@ -43,13 +64,7 @@ __device__ __forceinline__ void prefetch_backward_chunk(const BackwardArgs& b, i
     prefetch_l2(static_cast<const char*>(b.k.k_val) + c * nk * value_size, nk * value_size);
     prefetch_l2(static_cast<const char*>(b.k.q_val) + c * nq * value_size, nq * value_size);
     prefetch_l2(b.k.g + c * s.C * s.gate_width, static_cast<size_t>(s.C) * s.gate_width * 4);
-    const struct {
-        const void* p;
-        size_t bytes;   // a chunk's
-    } fields[] = {{up.krec, nk * 8}, {up.kspa, nk * 4}, {up.qrec, nq * 4}, {up.qrec8, nq * 4}};
-    for (const auto& f : fields) {
-        if (f.p != nullptr) prefetch_l2(static_cast<const char*>(f.p) + c * f.bytes, f.bytes);
-    }
+    prefetch_record_grads(up, c, nk, nq, std::make_index_sequence<kRecordGrads.count>());
 }
 
 // The payload row checked and decoded, a warp four blocks of 32 positions at a time (their

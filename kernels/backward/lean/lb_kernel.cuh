@@ -1,6 +1,6 @@
 // The lean backward: one thread block a chunk (a persistent grid), from the forward's payload
 // to the input gradients, every array in shared memory (kernels/backward/lean/README.md).
-// Twins: backward_kernel in kernels/backward/backward.cu (the general backward), backward_chunk
+// Twins: backward_kernel in kernels/backward/backward_kernel.cuh (the general backward), backward_chunk
 // in src/cpu/chunk_backward.cpp. A chunk it cannot take (bad data, log-cumsums of the wide form,
 // a group of more than hot_max entries) it lists for the general backward, launched after it.
 #ifndef SDM_P1_KERNELS_BACKWARD_LEAN_LB_KERNEL_CUH

@@ -24,7 +24,7 @@ __all__ = ["DIFFERENTIABLE", "VALUE_TYPED", "upstream_shapes", "check_upstream",
            "check_payload", "not_differentiable", "run_backward"]
 
 #: The outputs that take an upstream gradient, with their sdm_p1_field ids (the differentiable
-#: set of src/field_sets.h; tests/test_field_sets.py holds it, and VALUE_TYPED, to the library).
+#: set of canon/field_sets.h; tests/test_field_sets.py holds it, and VALUE_TYPED, to the library).
 DIFFERENTIABLE: Dict[str, int] = {
     "a": lib.SDM_P1_FIELD_A, "qk": lib.SDM_P1_FIELD_QK, "log_k": lib.SDM_P1_FIELD_LOG_K,
     "log_q": lib.SDM_P1_FIELD_LOG_Q, "rex": lib.SDM_P1_FIELD_REX, "cpe": lib.SDM_P1_FIELD_CPE,

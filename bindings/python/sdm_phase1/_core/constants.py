@@ -33,7 +33,7 @@ DET_QREC8: int = lib.SDM_P1_DET_QREC8  #: qrec8 (with read groups)
 #: The default set: DET_POS | DET_SPAY_RANK | DET_FLAGS | DET_SPAY_K | DET_SPAY_Q.
 DET_SHIPPED: int = lib.SDM_P1_DET_SHIPPED
 #: Added to the default when beta is given: DET_KREC | DET_KSPA | DET_QREC | DET_TILES (the
-#: training set of src/field_sets.h; tests/test_field_sets.py holds the two together).
+#: training set of canon/field_sets.h; tests/test_field_sets.py holds the two together).
 DET_RECORDS = DET_KREC | DET_KSPA | DET_QREC | DET_TILES
 
 # pos_k / pos_q: position in the chunk's sorted row (bits 0-16), peers after the entry in its

@@ -177,7 +177,7 @@ impl<V: Value> fmt::Debug for OutputGradients<'_, V> {
 }
 
 /// The shape of the upstream gradient of `field` for a plan of these shapes, or `None` when
-/// the output is not differentiable (the library's differentiable set, src/field_sets.h; the
+/// the output is not differentiable (the library's differentiable set, canon/field_sets.h; the
 /// tests of tests/backward.rs hold the two together).
 pub(crate) fn upstream_shape(
     field: Field,

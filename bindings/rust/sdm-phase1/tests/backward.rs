@@ -839,7 +839,7 @@ fn grad_dtypes_and_shapes_resolve() {
     }
 }
 
-/// `DIFFERENTIABLE` and `value_typed` above are the library's sets (src/field_sets.h, their one
+/// `DIFFERENTIABLE` and `value_typed` above are the library's sets (canon/field_sets.h, their one
 /// definition): an upstream gradient of each field alone is refused as not differentiable
 /// exactly where `DIFFERENTIABLE` leaves it out, and, in a bfloat16 plan, one only 2-byte
 /// aligned is refused as misaligned exactly where it is f32. (`Plan::gradient_shape` is held

@@ -1,9 +1,8 @@
-// The interface between the CUDA backend's host code (src/cuda/cuda_backend.cpp) and the
-// backward's kernel (kernels/backward/): its arguments, the layout of a block's slice of the
-// workspace, its launch configuration and the two host functions of backward.cu. Plain C++
-// (no CUDA headers), as launch.h.
-#ifndef SDM_P1_KERNELS_BACKWARD_LAUNCH_H
-#define SDM_P1_KERNELS_BACKWARD_LAUNCH_H
+// The backward's kernels' arguments (kernels/backward/, kernels/backward/lean/) and the layout
+// of a general backward block's slice of the workspace. Plain C++ (no CUDA headers), as
+// launch.h, which launches them.
+#ifndef SDM_P1_KERNELS_BACKWARD_BACKWARD_ARGS_H
+#define SDM_P1_KERNELS_BACKWARD_BACKWARD_ARGS_H
 
 #include <cstddef>
 #include <cstdint>
@@ -74,37 +73,7 @@ struct BackwardArgs {
     char* lean_slices;
 };
 
-// How the backward runs a plan's shape on one device (chosen at plan creation).
-struct BackwardConfig {
-    int grid;        // blocks, each owning a slice and looping over chunks blockIdx.x, + grid, ...
-    int grid_sort;   // blocks of the kernel that sorts again (payload NULL), <= grid
-    BackwardSlice layout;
-    LeanBackwardLayout lean;   // the lean backward's (lean.threads == 0: none)
-    bool dependent_launch;     // the general backward as a programmatic dependent of the lean one
-};
-
-// Chooses the backward's configuration of `shape` on `device`: the lean backward's layout
-// where it serves the shape (lean_backward_configure), and the general backward's grid: as
-// many blocks as the device holds at once, no more than N, and no more than `slice_budget`
-// bytes of slices (at least one block). Returns a cudaError_t value (0: success).
-int backward_configure(const KernelShape& shape, int device, size_t slice_budget, BackwardConfig* config);
-
-// The lean backward's layout for `shape` on a device of `sms` multiprocessors (threads == 0:
-// it does not serve the shape), in kernels/backward/lean/lean_backward.cu.
-int lean_backward_configure(const KernelShape& shape, int device, int sms, LeanBackwardLayout* layout);
-
-// Enqueues the lean backward's kernel (lean_backward.cu).
-int lean_backward_launch(const BackwardArgs& args, void* stream);
-
-// Enqueues one backward on `stream`: clears the status (and marks it a backward's), then runs
-// the lean backward (payload given, a plan it serves) and the general backward on the chunks
-// it leaves, or the general backward on every chunk. `args` has the execute's pointers set,
-// slices config.grid * layout.bytes bytes, lean_slices config.lean.grid *
-// config.lean.slice_bytes bytes and k.general_chunks N words where the plan has a lean
-// backward. Returns a cudaError_t value (0: success).
-int backward_launch(const BackwardConfig& config, const BackwardArgs& args, void* stream);
-
 }   // namespace cuda
 }   // namespace sdm_p1
 
-#endif   // SDM_P1_KERNELS_BACKWARD_LAUNCH_H
+#endif   // SDM_P1_KERNELS_BACKWARD_BACKWARD_ARGS_H
