@@ -25,6 +25,14 @@ forward's ``check`` applies to it too (else a GPU's data errors surface at
 The backward is not itself differentiable: a double backward raises
 (:data:`NOT_TWICE_DIFFERENTIABLE`).
 
+In eager mode :func:`phase1_forward` does not dispatch the operator: an autograd Function
+(``_frameworks.torch_impl._Phase1Function``) runs the same library calls with the same
+formula, without the dispatcher's and ``register_autograd``'s Python layers (their host time
+is several times the S6 kernel's). The operator and its registered formula are what
+torch.compile's graphs, ``torch.export``, dispatch modes (FakeTensorMode), functorch
+transforms and tensor subclasses get, and what ``torch.ops.sdm_phase1.phase1_forward``
+called directly runs; both give the same bits.
+
 The forward operator takes the inputs and options and returns the computed outputs as a list
 (in field order, ``repeats``' count last); :func:`phase1_forward` turns that into the spec's
 ``Phase1`` and adds the count into ``repeats`` in place, outside the operator, so the
@@ -106,8 +114,7 @@ BACKWARD_SCHEMA = ("phase1_backward(Tensor k_idx, Tensor q_idx, Tensor k_val, Te
 #: The outputs that take an upstream gradient, in the order of the backward's ``grads``.
 GRAD_NAMES = tuple(DIFFERENTIABLE)
 #: The error of a second differentiation (docs/backward.md: "Once differentiable").
-NOT_TWICE_DIFFERENTIABLE = ("sdm_phase1: the Phase-1 backward is not differentiable (no double "
-                            "backward, no forward mode): differentiate Phase 1 once")
+NOT_TWICE_DIFFERENTIABLE = torch_impl.NOT_TWICE_DIFFERENTIABLE
 
 _LIBRARY.define(BACKWARD_SCHEMA)
 
@@ -149,8 +156,7 @@ torch.library.register_autograd("sdm_phase1::phase1_backward", _not_twice)
 # Output field id -> its place in GRAD_NAMES, for the float outputs. The records' gradients
 # (krec, qrec, qrec8) are those of float words inside int32 outputs, which autograd never
 # gives a gradient.
-_GRAD_PLACE = {DIFFERENTIABLE[name]: GRAD_NAMES.index(name)
-               for name in ("a", "qk", "log_k", "log_q", "rex", "cpe", "k_eff", "q_w", "kspa")}
+_GRAD_PLACE = {DIFFERENTIABLE[name]: GRAD_NAMES.index(name) for name in torch_impl.FLOAT_GRAD_NAMES}
 _PAYLOAD = lib.SDM_P1_FIELD_PAYLOAD
 
 
@@ -226,7 +232,20 @@ def phase1_forward(
     ``valid_last`` may be left out with them).
     ``check=True`` synchronizes, so leave it off in code that is compiled with CUDA graphs or
     captured. Differentiable in k_val, q_val, g and beta (see the module's docstring).
+
+    In eager mode (not traced by torch.compile, no torch function or dispatch mode, no
+    functorch transform, plain tensors) the call skips the operator's dispatch:
+    :func:`torch_impl.forward <sdm_phase1._frameworks.torch_impl.forward>` runs it, with grad
+    through an autograd Function of the same formula, the outputs carved from one block as
+    :func:`sdm_phase1.phase1_forward`'s (docs/python.md, "PyTorch autograd"). The bits are
+    the same.
     """
+    if torch_impl.eager(k_idx, q_idx, k_val, q_val, g, beta, stream_lengths):
+        return torch_impl.forward(
+            k_idx, q_idx, k_val, q_val, g, repeats, num_parallel=num_parallel,
+            stream_offset=stream_offset, num_keys=num_keys, valid_last=valid_last,
+            need_read_groups=need_read_groups, beta=beta, rec_tile=rec_tile,
+            det_fields=det_fields, check=check, stream_lengths=stream_lengths)
     if valid_last is None and stream_lengths is not None:  # ignored there: C (the C API's unset)
         valid_last = k_idx.shape[1]
     if plain_call_options(num_parallel, stream_offset, num_keys, valid_last, need_read_groups,

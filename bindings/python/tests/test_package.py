@@ -230,8 +230,9 @@ def test_installed_copy_is_self_contained():
 
 def test_overhead_benchmark_writes_one_table_of_every_path(tmp_path):
     """bench_overhead.py on the CPU backend (a few calls a row): its table, printed and written
-    to the file named by --out, has a row for every path (cffi, NumPy, PyTorch, the operator,
-    CuPy, JAX), timed or saying why not."""
+    to the file named by --out, has a row for every path (cffi forward and backward, NumPy,
+    PyTorch without and with grad, the backward, the operator, CuPy, JAX), timed or saying why
+    not, each PyTorch row with its time over the library's execute."""
     bench = PYTHON_DIR / "benchmarks" / "bench_overhead.py"
     out = tmp_path / "table.txt"
     r = subprocess.run([sys.executable, str(bench), "--device", "cpu", "--batches", "2", "--batch", "2",
@@ -239,10 +240,18 @@ def test_overhead_benchmark_writes_one_table_of_every_path(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = out.read_text().splitlines()
     assert lines[0].startswith(f"libsdmp1 {p1.__version__}") and lines[1].startswith("path")
+    assert "over execute" in lines[1]
     assert "\n".join(lines) in r.stdout
-    for path in ("sdm_p1_execute through cffi", "NumPy arrays", "PyTorch CPU tensors", "custom op",
-                 "CuPy arrays", "JAX arrays"):
+    over = ("phase1_forward, CPU tensors", "forward, no grad: torch_ops", "forward, grad: torch_ops",
+            "backward: its formula", "backward: torch.autograd.grad", "the bare operator")
+    torch_rows = over + ("sdm_p1_execute_backward through cffi",)
+    for path in ("sdm_p1_execute through cffi", "NumPy arrays", "CuPy arrays", "JAX arrays") + torch_rows:
         row = [line for line in lines if path in line]
+        if path in torch_rows and not row:
+            assert any("torch is not installed" in line for line in lines), lines
+            continue
         assert len(row) == 1, (path, lines)
         why = r"\((needs a GPU|torch is not installed)\)"
+        if path in over:
+            assert len(re.findall(r"-?\d+\.\d", row[0])) == 2, row  # host time, over execute
         assert re.search(r"\d+\.\d", row[0]) or re.search(why, row[0]), row

@@ -45,13 +45,14 @@ def fake_inputs(devices: dict) -> dict:
 def made(monkeypatch):
     """The plans a call would create: (key, workspace) each, recorded instead of created."""
     monkeypatch.setattr(plan_cache._cache, "plans", OrderedDict())
+    monkeypatch.setattr(torch_impl, "_FAST", {})  # the fast lookup in front of the cache
     monkeypatch.setattr(torch_impl, "_current_stream", lambda device: STREAMS[device])
     monkeypatch.setattr(torch_impl, "_capturing", lambda: False)
     record = []
 
     def get_plan_for(key, options, make_workspace, capturing=False, **kw):
         record.append((key, make_workspace()))
-        plan = SimpleNamespace(extra="plan data")
+        plan = SimpleNamespace(extra="plan data", handle=1, pinned=False, used=0, stream=key[2])
         plan_cache._cache.plans[key] = plan
         return plan
 

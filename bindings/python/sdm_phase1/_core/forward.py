@@ -85,13 +85,14 @@ def phase1_forward(
 
     Plans are cached per shapes, dtypes, options, device and stream, so a repeated call creates
     nothing (the CPU backend's worker threads and a GPU plan's workspace are kept with them);
-    a call's outputs are views of one allocation (NumPy, PyTorch, CuPy), so one output kept
-    keeps that whole allocation (``.copy()`` / ``.clone()`` one to keep it alone).
+    a call's outputs are carved from one allocation (NumPy, PyTorch, CuPy), so one output
+    kept keeps that whole allocation (``.copy()`` / ``.clone()`` one to keep it alone).
 
     Differentiable with PyTorch: where k_val, q_val, g or beta requires grad while autograd
-    records, the call goes through the operator of :mod:`sdm_phase1.torch_ops`, whose backward
-    is the library's (docs/python.md, "PyTorch autograd"); with JAX, under tracing (``jax.jit``,
-    ``jax.grad``), through :mod:`sdm_phase1.jax_ffi` (docs/python.md, "JAX under jit").
+    records, the call is recorded with the autograd formula of :mod:`sdm_phase1.torch_ops`,
+    whose backward is the library's (docs/python.md, "PyTorch autograd"); with JAX, under
+    tracing (``jax.jit``, ``jax.grad``), through :mod:`sdm_phase1.jax_ffi` (docs/python.md,
+    "JAX under jit").
 
     Options are checked as written here: int options take ints (Python or NumPy, not bools),
     bool options bools (TypeError otherwise), each in its range (ValueError otherwise).

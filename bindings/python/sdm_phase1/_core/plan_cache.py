@@ -11,6 +11,7 @@ stream is always safe and costs one workspace per stream and shape.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, List, Optional, Sequence
@@ -23,7 +24,7 @@ from .plan import create_plan, desc_values
 
 __all__ = [
     "Workspace", "CachedPlan", "get_plan", "get_plan_for", "synchronize", "plan_cache_info",
-    "clear_plan_cache", "cuda_device_count", "cuda_architectures", "OUTPUT_ALIGN",
+    "clear_plan_cache", "cuda_device_count", "cuda_architectures", "OUTPUT_ALIGN", "note_hit",
 ]
 
 #: Alignment of each output in a carved block (what the plan's own buffers get in C).
@@ -31,6 +32,10 @@ OUTPUT_ALIGN = 256
 
 #: Plans kept at most (the least recently used unpinned plan goes first).
 CACHE_LIMIT = 64
+
+# Use stamps: a plan's last use is the tick it took (a framework's own fast lookup takes one
+# too, through note_hit), so eviction picks the least recently used plan however it was found.
+_TICK = itertools.count()
 
 # The pointer fields of sdm_p1_inputs as uintptr_t words, so a call stores plain ints in them
 # (no cffi cast per pointer).
@@ -112,6 +117,7 @@ class CachedPlan:
         self.lock = threading.Lock()
         self.pending = False  # executed and not yet checked
         self.pinned = False  # used in a CUDA graph: never destroyed (the graph holds its workspace)
+        self.used = next(_TICK)  # the tick of its last use (eviction goes by it)
         self.extra: Any = None
         allocator = None
         if workspace is not None:
@@ -183,25 +189,53 @@ class CachedPlan:
         dL/dq_val, dL/dg and dL/dbeta (0: not computed). Device-side data errors are read by
         :meth:`check_status`, as the forward's."""
         with self.lock:
-            b = self._backward
-            if b is None:
-                grad_words = np.zeros(_FIELD_COUNT, np.uint64)
-                out = ffi.new("sdm_p1_input_grads*")
-                out.struct_size = ffi.sizeof("sdm_p1_input_grads")
-                b = self._backward = (grad_words, ffi.cast("const void* const*", ffi.from_buffer(grad_words)),
-                                      out, ffi.cast("uintptr_t*", out))
-            grad_words, grads_arg, out, out_words = b
+            grad_words = self._backward_structs()[0]
             grad_words[:] = grads
-            outputs = tuple(outputs) + (0,) * (len(_GRAD_WORDS) - len(outputs))
-            for word, p in zip(_GRAD_WORDS, outputs):
-                out_words[word] = p
-            self._set_inputs(k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype)
-            pay = ffi.cast("const int32_t*", payload)
-            rc = lib.sdm_p1_execute_backward(self.handle, self._inputs, pay, grads_arg, _FIELD_COUNT,
-                                             out, self._stream)
-            if rc:
-                check("sdm_p1_execute_backward", rc)
-            self.pending = self.workspace is not None  # a device-side data check to read
+            self._run_backward(k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype,
+                               payload, outputs)
+
+    def execute_backward_fields(self, k_idx: int, q_idx: int, k_val: int, q_val: int, g: int,
+                                beta: int, lengths: int, lengths_dtype: int, payload: int,
+                                fields: Sequence[int], grads: Sequence[int],
+                                outputs: Sequence[int]) -> None:
+        """:meth:`execute_backward` with the upstream gradients given as the pointers ``grads``
+        of the field ids ``fields`` (the others none): the autograd formula's call, whose
+        gradients are a few of the fields."""
+        with self.lock:
+            grad_words = self._backward_structs()[0]
+            grad_words.fill(0)
+            words = self._backward[4]
+            for f, p in zip(fields, grads):
+                words[f] = p
+            self._run_backward(k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype,
+                               payload, outputs)
+
+    def _backward_structs(self):
+        # Called with the lock held: execute_backward's structs, made at its first call.
+        b = self._backward
+        if b is None:
+            grad_words = np.zeros(_FIELD_COUNT, np.uint64)
+            out = ffi.new("sdm_p1_input_grads*")
+            out.struct_size = ffi.sizeof("sdm_p1_input_grads")
+            grads_buffer = ffi.from_buffer(grad_words)
+            b = self._backward = (grad_words, ffi.cast("const void* const*", grads_buffer), out,
+                                  ffi.cast("uintptr_t*", out), ffi.cast("uintptr_t*", grads_buffer))
+        return b
+
+    def _run_backward(self, k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype, payload,
+                      outputs) -> None:
+        # Called with the lock held, the upstream gradient words in place.
+        _, grads_arg, out, out_words = self._backward[:4]
+        outputs = tuple(outputs) + (0,) * (len(_GRAD_WORDS) - len(outputs))
+        for word, p in zip(_GRAD_WORDS, outputs):
+            out_words[word] = p
+        self._set_inputs(k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype)
+        pay = ffi.cast("const int32_t*", payload)
+        rc = lib.sdm_p1_execute_backward(self.handle, self._inputs, pay, grads_arg, _FIELD_COUNT,
+                                         out, self._stream)
+        if rc:
+            check("sdm_p1_execute_backward", rc)
+        self.pending = self.workspace is not None  # a device-side data check to read
 
     def _set_inputs(self, k_idx, q_idx, k_val, q_val, g, beta, lengths, lengths_dtype) -> None:
         # Called with the lock held.
@@ -255,13 +289,14 @@ _cache = _Cache()
 
 
 def _evict() -> None:
-    # Called with the cache lock held.
+    # Called with the cache lock held: the least recently used unpinned plans go (by their
+    # use stamps, which fast lookups outside this cache also take).
     plans = _cache.plans
     while len(plans) > CACHE_LIMIT:
-        victim = next((k for k, p in plans.items() if not p.pinned), None)
-        if victim is None:
+        unpinned = [(p.used, k) for k, p in plans.items() if not p.pinned]
+        if not unpinned:
             return
-        plans.pop(victim).destroy()
+        plans.pop(min(unpinned)[1]).destroy()
 
 
 def get_plan(framework: str, device: int, stream: int, options: tuple,
@@ -289,9 +324,18 @@ def cached_plan(key: tuple, capturing: bool = False) -> Optional[CachedPlan]:
         if plan is not None:
             _cache.plans.move_to_end(key)
             _cache.hits += 1
+            plan.used = next(_TICK)
             if capturing:
                 plan.pinned = True
         return plan
+
+
+def note_hit(plan: CachedPlan) -> None:
+    """Counts a use of ``plan`` that a framework found by a lookup of its own (a cache of
+    prepared calls in front of this one): a hit in :func:`plan_cache_info`, and a use stamp,
+    so that eviction keeps it as recently used. (No lock: a counter and a stamp.)"""
+    _cache.hits += 1
+    plan.used = next(_TICK)
 
 
 def get_plan_for(key: tuple, options: tuple, make_workspace: Callable[[], Optional[Workspace]],

@@ -2,24 +2,29 @@
 stream; CPU tensors on the CPU backend. Both go through cached plans: the key of a call is one
 tuple of what decides its plan (stream, shapes, dtypes, devices, options), every check that the
 key implies (ranks, dtypes, shapes that agree, one device, option types and ranges) runs once,
-when the plan is created, and a call then only reads its tensors' pointers, checks contiguity
-and autograd, and carves its outputs from one ``torch.empty`` block (the caching allocator,
-current stream; the operator, whose returns may not share storage, takes one per output). The
-plan's workspace comes from the same allocator. Nothing here
+when the plan is created. A call then finds its plan through a lookup under its arguments as
+given (:func:`_call_plan`), reads its tensors' pointers, checks contiguity, and carves its
+outputs from one block of the caching allocator (current stream), each a tensor of its own to
+autograd (:class:`_PlanData`); the operator, whose returns may not share storage, takes an
+allocation per output. The plan's workspace comes from the same allocator. Nothing here
 synchronizes or reads device memory, so a call can be captured in a CUDA graph.
 
-A call whose inputs require grad while autograd records goes through the operator of
-``torch_ops`` instead, which has the autograd formula (so the path without grad keeps its host
-time; ``torch_entry`` chooses, so that ``torch_ops`` imports this module and not the other way
-round). :func:`run_backward` is that formula's library call, on the same path (:func:`_call_plan`:
-key, checks, cached plan, stream), with a plan made with backward = 1 under its own key: CUDA
-tensors on their GPU, without host copies, CPU tensors on the CPU backend.
+A call whose inputs require grad while autograd records goes through :class:`_Phase1Function`
+in eager mode: the operator's formula (torch_ops) without its dispatch, its backward on a plan
+made with backward = 1 under its own key (:func:`_call_plan` with ``backward``), found per
+stream. Under torch.compile, a dispatch mode or a functorch transform, or on tensor subclasses
+(:func:`eager` says), such calls go through the operator of ``torch_ops`` instead
+(``torch_entry`` chooses, so that ``torch_ops`` imports this module and not the other way
+round), whose formula's library call is :func:`run_backward`: CUDA tensors on their GPU,
+without host copies, CPU tensors on the CPU backend.
 
 Imported only when a torch tensor is passed (this module imports torch).
 """
 
 from __future__ import annotations
 
+import operator
+from itertools import starmap as _starmap
 from typing import Any, List, Optional, Tuple
 
 import torch
@@ -42,6 +47,16 @@ TORCH_DTYPES = framework_dtypes(torch)
 _NAMES = {dtype: NAMES[code] for code, dtype in TORCH_DTYPES.items()}
 _CPU = lib.SDM_P1_BACKEND_CPU
 _FIELD_COUNT = lib.SDM_P1_FIELD_COUNT
+_PAYLOAD = lib.SDM_P1_FIELD_PAYLOAD
+
+#: The differentiable outputs that are float tensors, autograd's to give gradients (the
+#: records' gradients are those of float words inside int32 outputs, which it never gives).
+FLOAT_GRAD_NAMES = ("a", "qk", "log_k", "log_q", "rex", "cpe", "k_eff", "q_w", "kspa")
+#: Their field ids.
+FLOAT_FIELDS = frozenset(DIFFERENTIABLE[name] for name in FLOAT_GRAD_NAMES)
+#: The error of a second differentiation (docs/backward.md: "Once differentiable").
+NOT_TWICE_DIFFERENTIABLE = ("sdm_phase1: the Phase-1 backward is not differentiable (no double "
+                            "backward, no forward mode): differentiate Phase 1 once")
 
 try:  # the raw cudaStream_t of the current stream, without a Stream object (fast)
     _current_stream = torch._C._cuda_getCurrentRawStream
@@ -158,34 +173,103 @@ def lengths_arg(stream_lengths, device: torch.device, num_parallel: int):
     return stream_lengths.data_ptr(), code
 
 
+def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    strides: List[int] = []
+    step = 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return tuple(strides)
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+try:  # dispatch below autograd's view tracking: outputs that are tensors of their own to it
+    _below_views = torch._C._AutoDispatchBelowADInplaceOrView
+except AttributeError:  # pragma: no cover - an older torch: views, as before
+    import contextlib
+
+    _below_views = contextlib.nullcontext
+
+
 class _PlanData:
-    """Per plan, built at its first use: how a call carves its outputs from one block and how
-    it fills Phase1."""
+    """Per forward plan, built at its creation: how a call carves its outputs from one block
+    and fills Phase1, and the backward plans its autograd formula found, per stream.
 
-    def __init__(self, plan: plan_cache.CachedPlan, device: torch.device):
+    The outputs are made by ``as_strided`` on the block below autograd's view tracking
+    (``torch._C._AutoDispatchBelowADInplaceOrView``, as ``torch.library.custom_op`` runs its
+    kernels): each is a tensor of its own to autograd, sharing the block's memory but not a
+    version counter and not a view, so that an output changed in place is the only one
+    autograd sees changed (as with an allocation per output), and the autograd Function may
+    return them; it costs about two thirds of a tracked view."""
+
+    def __init__(self, plan: plan_cache.CachedPlan, device: torch.device, options: tuple):
         self.device = device
-        self.block_bytes = plan.block_bytes
-        self.dtypes = sorted({TORCH_DTYPES[dt] for _, _, dt, _ in plan.layout}, key=str)
-        self.views = []  # (index into dtypes, shape, strides, offset in elements)
-        for _, shape, dt, offset in plan.layout:
+        #: (num_parallel, stream_offset, num_keys, valid_last) as checked: the backward's.
+        self.options = options
+        layout = plan.layout  # (field id, shape, sdm_p1_dtype, byte offset) in field order
+        self.specs = [(shape, TORCH_DTYPES[dt]) for _, shape, dt, _ in layout]
+        self.fields = [f for f, _, _, _ in layout]
+        self.template, _ = _template(tuple(self.fields), plan.options["C"], plan.options["W"],
+                                     device)
+        # The block's dtype is that of most outputs (one view fewer), the others views of it.
+        counts: dict = {}
+        for shape, dtype in self.specs:
+            counts[dtype] = counts.get(dtype, 0) + 1
+        self.dtypes = sorted(counts, key=lambda d: (-counts[d], str(d)))
+        self.block_bytes = plan.block_bytes  # a multiple of 256: of every element size
+        self.block_shape = (self.block_bytes // _itemsize(self.dtypes[0]),)
+        index = {d: i for i, d in enumerate(self.dtypes)}
+        #: Per dtype of dtypes: the (shape, strides, offset in elements) of its outputs, in
+        #: field order (repeats apart): carve makes them with one starmap each.
+        self.specs_by_dtype: List[List[tuple]] = [[] for _ in self.dtypes]
+        order = []  # field ids in the order carve makes them
+        for f, shape, dt, offset in layout:
             dtype = TORCH_DTYPES[dt]
-            strides: List[int] = []
-            step = 1
-            for n in reversed(shape):
-                strides.insert(0, step)
-                step *= n
-            size = torch.empty((), dtype=dtype).element_size()
-            self.views.append((self.dtypes.index(dtype), shape, tuple(strides), offset // size))
-        self.specs = [(shape, TORCH_DTYPES[dt]) for _, shape, dt, _ in plan.layout]
-        self.fields = [f for f, _, _, _ in plan.layout]
-        self.repeats = self.fields.index(REPEATS)
-        self.template, self.slots = _template(tuple(self.fields), plan.options["C"],
-                                              plan.options["W"], device)
+            spec = (shape, _contiguous_strides(shape), offset // _itemsize(dtype))
+            if f == REPEATS:
+                self.repeats_view = (index[dtype],) + spec
+            else:
+                self.specs_by_dtype[index[dtype]].append(spec)
+        for i, dtype in enumerate(self.dtypes):
+            order += [f for f, _, dt, _ in layout if f != REPEATS and TORCH_DTYPES[dt] == dtype]
+        # Phase1's values from [outputs in carve's order] + extras (the template's values of
+        # the fields not computed).
+        place = {f: i for i, f in enumerate(order)}
+        missing = [f for f in range(len(self.template)) if f not in place]
+        self.extras = [self.template[f] for f in missing]
+        where = {**place, **{f: len(order) + j for j, f in enumerate(missing)}}
+        self.assemble = operator.itemgetter(*(where[f] for f in range(len(self.template))))
+        #: The float outputs (autograd's Function returns them, in field order), their
+        #: places among carve's outputs, and the payload's.
+        self.float_fields = tuple(f for f in self.fields if f in FLOAT_FIELDS)
+        floats = operator.itemgetter(*(place[f] for f in self.float_fields))
+        self.floats = floats if len(self.float_fields) > 1 else (lambda outs: (floats(outs),))
+        self.payload = place.get(_PAYLOAD)
+        #: The backward plans of the autograd formula, per stream (found by its first call).
+        self.backward_plans: dict = {}
 
-    def carve(self, block: torch.Tensor) -> List[torch.Tensor]:
-        """The outputs, views of ``block`` (one per computed field, in field order)."""
-        flats = [block.view(d) for d in self.dtypes]
-        return [flats[i].as_strided(shape, strides, offset) for i, shape, strides, offset in self.views]
+    def new_block(self, like: torch.Tensor) -> torch.Tensor:
+        """A fresh block for a call's outputs (the caching allocator: ``like``'s device, the
+        current stream)."""
+        return like.new_empty(self.block_shape, dtype=self.dtypes[0])
+
+    def carve(self, block: torch.Tensor) -> list:
+        """The outputs carved from ``block`` (see the class), grouped by dtype: Phase1's
+        values are ``assemble(outputs + extras)``."""
+        with _below_views():
+            outs = list(_starmap(block.as_strided, self.specs_by_dtype[0]))
+            for d, specs in zip(self.dtypes[1:], self.specs_by_dtype[1:]):
+                outs += _starmap(block.view(d).as_strided, specs)
+        return outs
+
+    def repeats_of(self, block: torch.Tensor) -> torch.Tensor:
+        """The call's repeats count, carved from ``block``."""
+        i, shape, strides, offset = self.repeats_view
+        with _below_views():
+            return (block if i == 0 else block.view(self.dtypes[i])).as_strided(shape, strides, offset)
 
 
 def _template(fields: tuple, C: int, W: int, device,
@@ -256,7 +340,9 @@ def _make_plan(key, k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, 
     else:
         plan = plan_cache.get_plan_for(key, options, lambda: None, backend=_CPU, backward=backward)
     if plan.extra is None:
-        plan.extra = _BackwardData(plan, device, beta is not None) if backward else _PlanData(plan, device)
+        plan.extra = (_BackwardData(plan, device, beta is not None) if backward else
+                      _PlanData(plan, device, (o.num_parallel, o.stream_offset, o.num_keys,
+                                               o.valid_last)))
     return plan
 
 
@@ -281,6 +367,28 @@ def call_key(k_idx, q_idx, k_val, q_val, g, beta, repeats, device: int, stream: 
 _BACKWARD = "backward"
 
 
+#: The fast lookup: plans by the call's arguments as given (see _call_plan), at most
+#: _FAST_LIMIT entries (emptied when full; evicted plans are found by their handle).
+_FAST: dict = {}
+_FAST_LIMIT = 4 * plan_cache.CACHE_LIMIT
+
+
+def _fast_key(k_idx, q_idx, k_val, q_val, g, beta, repeats, stream, num_parallel, stream_offset,
+              num_keys, valid_last, need_read_groups, rec_tile, det_fields, stream_lengths,
+              backward) -> tuple:
+    """The fast lookup's key: the arguments as given (options of their plain types, which the
+    caller checked), each input's shape, dtype and device, and what is given: everything the
+    checks of a plan's creation read, so that a hit stands for them. AttributeError where an
+    input is not a tensor."""
+    return (stream, k_idx.shape, q_idx.shape, k_val.shape, q_val.shape, g.shape, k_idx.dtype,
+            q_idx.dtype, k_val.dtype, q_val.dtype, g.dtype, k_idx.device, q_idx.device,
+            k_val.device, q_val.device, g.device,
+            None if beta is None else (beta.shape, beta.dtype, beta.device),
+            None if repeats is None else (repeats.shape, repeats.dtype, repeats.device),
+            stream_lengths is None, num_parallel, stream_offset, num_keys, valid_last,
+            need_read_groups, rec_tile, det_fields, backward)
+
+
 def _call_plan(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset,
                num_keys, valid_last, need_read_groups, rec_tile, det_fields, check,
                stream_lengths, backward=False):
@@ -289,7 +397,37 @@ def _call_plan(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, strea
     none of them): the options checked into their key form, the current stream of k_idx's
     GPU (0 on the CPU), the plan from the cache or made (every check its key stands for),
     the inputs' contiguity. Returns (plan, device index, -1 for the CPU, num_parallel, check).
-    Raises as phase1_forward documents."""
+    Raises as phase1_forward documents.
+
+    A call whose options have their plain types (int, bool; valid_last or det_fields None)
+    first looks its plan up in _FAST, under _fast_key: a hit costs the key's attribute
+    reads, the stream, and the contiguity of the inputs; anything else (a miss, a
+    non-contiguous input, a capture, an evicted plan or one a capture moved to another
+    stream) takes the long way, which raises whatever error the call has, and enters its plan
+    in _FAST."""
+    fast = None
+    if (type(num_parallel) is int and type(stream_offset) is int and type(num_keys) is int
+            and (type(valid_last) is int or valid_last is None) and type(need_read_groups) is bool
+            and type(rec_tile) is int and (det_fields is None or type(det_fields) is int)
+            and type(check) is bool):
+        try:
+            device = k_idx.get_device()  # -1: the CPU (and the meta device: the key tells them apart)
+            stream = _current_stream(device) if device >= 0 else 0
+            fast = _fast_key(k_idx, q_idx, k_val, q_val, g, beta, repeats, stream, num_parallel,
+                             stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
+                             det_fields, stream_lengths, backward)
+        except (AttributeError, TypeError):  # not tensors: the long way says what they are
+            fast = None
+        if fast is not None:
+            plan = _FAST.get(fast)
+            # (plan.stream: a plan that a capture moved to its stream is not this stream's)
+            if (plan is not None and plan.handle is not None and plan.stream == stream
+                    and k_idx.is_contiguous() and q_idx.is_contiguous() and k_val.is_contiguous()
+                    and q_val.is_contiguous() and g.is_contiguous()
+                    and (beta is None or beta.is_contiguous())
+                    and not (device >= 0 and (check or not plan.pinned) and _capturing())):
+                plan_cache.note_hit(plan)
+                return plan, device, num_parallel, check
     T = torch.Tensor
     if not (isinstance(k_idx, T) and isinstance(q_idx, T) and isinstance(k_val, T)
             and isinstance(q_val, T) and isinstance(g, T) and (beta is None or isinstance(beta, T))):
@@ -320,6 +458,10 @@ def _call_plan(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, strea
             and q_val.is_contiguous() and g.is_contiguous() and (beta is None or beta.is_contiguous())):
         tensors = {"k_idx": k_idx, "q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g}
         _check_tensors(dict(tensors, **({} if beta is None else {"beta": beta})), k_idx.device)
+    if fast is not None:
+        if len(_FAST) >= _FAST_LIMIT:
+            _FAST.clear()
+        _FAST[fast] = plan
     return plan, device, num_parallel, check
 
 
@@ -331,40 +473,22 @@ def _check_status(plan: plan_cache.CachedPlan, device: int) -> None:
         plan.check_status()
 
 
-def _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
-            valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths=None,
-            separate=False):
-    """Runs the call (enqueues it on the current stream of k_idx's GPU); returns (plan data,
-    outputs in field order). Raises as phase1_forward documents. ``separate``: a tensor of its
-    own per output (an operator's returns must not share storage), else views of one block."""
-    plan, device, num_parallel, check = _call_plan(
-        k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
-        valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths)
-    data = plan.extra
-    inputs = (k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
-              0 if beta is None else beta.data_ptr())
-    lengths = lengths_arg(stream_lengths, data.device, num_parallel)
-    if separate:
-        dev = data.device
-        outs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in data.specs]
-        plan.execute(*inputs, [o.data_ptr() for o in outs], *lengths)
-    else:
-        block = torch.empty(data.block_bytes, dtype=torch.uint8, device=data.device)
-        plan.execute_block(*inputs, block.data_ptr(), *lengths)
-        outs = data.carve(block)
-    if check:
-        _check_status(plan, device)
-    return data, outs
-
-
 def run(k_idx, q_idx, k_val, q_val, g, beta, num_parallel: int, stream_offset: int,
         num_keys: int, valid_last: int, need_read_groups: bool, rec_tile: int, det_fields: int,
         check: bool, stream_lengths=None) -> List[torch.Tensor]:
-    """The computed outputs in field order (repeats' count last), each in a tensor of its own:
-    the operator's result."""
-    _, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, None, num_parallel, stream_offset,
-                      num_keys, valid_last, need_read_groups, rec_tile, det_fields, check,
-                      stream_lengths, separate=True)
+    """The operator's implementation: the computed outputs in field order (repeats' count
+    last), each in an allocation of its own (an operator's returns may not share storage).
+    Raises as phase1_forward documents."""
+    plan, device, num_parallel, check = _call_plan(
+        k_idx, q_idx, k_val, q_val, g, beta, None, num_parallel, stream_offset, num_keys,
+        valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths)
+    lengths = lengths_arg(stream_lengths, plan.extra.device, num_parallel)
+    outs = [k_idx.new_empty(shape, dtype=dtype) for shape, dtype in plan.extra.specs]
+    plan.execute(k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(),
+                 g.data_ptr(), 0 if beta is None else beta.data_ptr(), [o.data_ptr() for o in outs],
+                 *lengths)
+    if check:
+        _check_status(plan, device)
     return outs
 
 
@@ -385,17 +509,72 @@ def phase1_from_outputs(outs: List[torch.Tensor], fields: tuple, C: int, W: int,
 _TEMPLATES: dict = {}
 
 
+def _execute(plan: plan_cache.CachedPlan, device: int, num_parallel: int, check: bool, k_idx,
+             q_idx, k_val, q_val, g, beta, stream_lengths) -> torch.Tensor:
+    """Runs a forward call on its plan (enqueues it on the stream), its outputs in one fresh
+    block of the caching allocator (k_idx's device, current stream), which it returns."""
+    data = plan.extra
+    lengths, code = (0, 0) if stream_lengths is None else lengths_arg(stream_lengths, data.device,
+                                                                      num_parallel)
+    block = data.new_block(k_idx)
+    plan.execute_block(k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(),
+                       g.data_ptr(), 0 if beta is None else beta.data_ptr(), block.data_ptr(),
+                       lengths, code)
+    if check:
+        _check_status(plan, device)
+    return block
+
+
+_tuple_new = tuple.__new__
+
+
 def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offset, num_keys,
             valid_last, need_read_groups, beta, rec_tile, det_fields, check,
-            stream_lengths=None) -> Phase1:
-    """phase1_forward on torch tensors that need no gradient (see sdm_phase1.phase1_forward;
-    torch_entry.forward sends the others to the operator of torch_ops)."""
-    data, outs = _launch(k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel,
-                         stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
-                         det_fields, check, stream_lengths)
+            stream_lengths=None, grad=None) -> Phase1:
+    """phase1_forward on torch tensors (see sdm_phase1.phase1_forward) in eager mode. ``grad``:
+    whether autograd records it (None: :func:`needs_grad` says): then through
+    :class:`_Phase1Function`, whose backward is the library's, else with nothing recorded.
+    (torch_entry sends calls that need the operator, under torch.compile or a dispatch mode,
+    to torch_ops.)"""
+    plan, device, num_parallel, check = _call_plan(
+        k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
+        valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths)
+    if grad is None:
+        grad = needs_grad(k_val, q_val, g, beta)
+    if grad:
+        state = [plan, device, num_parallel, check, k_idx, q_idx, stream_lengths, repeats]
+        _Phase1Function.apply(k_val, q_val, g, beta, state)
+        return _tuple_new(Phase1, state[8])
+    data = plan.extra
+    block = _execute(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g, beta,
+                     stream_lengths)
     if repeats is not None:
-        repeats.add_(outs[data.repeats])
-    return _assemble(data.template, data.slots, outs)
+        repeats.add_(data.repeats_of(block))
+    outs = data.carve(block)
+    outs += data.extras
+    return _tuple_new(Phase1, data.assemble(outs))
+
+
+_PLAIN_TENSORS = frozenset((torch.Tensor, torch.nn.Parameter))
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_functorch = torch._C._are_functorch_transforms_active
+_is_compiling = torch.compiler.is_compiling
+
+
+def eager(k_idx, q_idx, k_val, q_val, g, beta, stream_lengths) -> bool:
+    """Whether a call may take :func:`forward` rather than the operator: not traced by
+    torch.compile, no torch function or dispatch mode (FakeTensorMode, a device context...)
+    and no functorch transform active, every tensor a plain torch.Tensor (or Parameter), not
+    a subclass that dispatches itself, and k_idx not on the meta device (the operator's fake
+    implementation answers those). The operator takes the others, as before."""
+    if _is_compiling():  # first: torch.compile reads it as a constant and traces no further
+        return False
+    P = _PLAIN_TENSORS
+    return (type(k_idx) in P and type(q_idx) in P and type(k_val) in P and type(q_val) in P
+            and type(g) in P and (beta is None or type(beta) in P)
+            and (stream_lengths is None or type(stream_lengths) in P) and not k_idx.is_meta
+            and not _dispatch_modes() and not _function_modes() and not _functorch())
 
 
 # ---- the backward ----------------------------------------------------------------------------
@@ -487,3 +666,94 @@ def run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
     if check:
         _check_status(plan, device)
     return outs
+
+
+# ---- autograd in eager mode ------------------------------------------------------------------
+
+
+class _Phase1Function(torch.autograd.Function):
+    """The forward and its backward in eager mode (torch_ops' operator has the same formula
+    for torch.compile): the forward runs the call and returns its float outputs (the only
+    ones autograd differentiates); the backward runs ``sdm_p1_execute_backward`` on a plan of
+    the forward's shapes made with backward = 1 (cached per stream in the forward plan's
+    data), on the saved inputs and the forward's payload (the sort, not done again).
+
+    apply(k_val, q_val, g, beta, state), ``state`` the list [plan, device, num_parallel,
+    check, k_idx, q_idx, stream_lengths, repeats] of the call (its plan found and its
+    arguments checked), to which the forward appends Phase1's values."""
+
+    @staticmethod
+    def forward(ctx, k_val, q_val, g, beta, state):
+        plan, device, num_parallel, check, k_idx, q_idx, stream_lengths, repeats = state
+        data = plan.extra
+        block = _execute(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g, beta,
+                         stream_lengths)
+        if repeats is not None:
+            repeats.add_(data.repeats_of(block))
+        outs = data.carve(block)
+        payload = None if data.payload is None else outs[data.payload]
+        outs += data.extras
+        state.append(data.assemble(outs))
+        ctx.set_materialize_grads(False)  # unused outputs' gradients: None (read as zero)
+        ctx.save_for_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths)
+        ctx.call = (data, device, check)
+        return data.floats(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        data, device, check = ctx.call
+        need = ctx.needs_input_grad
+        fields = []
+        ups = []
+        for f, u in zip(data.float_fields, grads):
+            if u is not None:
+                if not u.is_contiguous():
+                    u = u.contiguous()  # e.g. sum()'s gradient is an expanded (strided) one
+                fields.append(f)
+                ups.append(u)
+        if not ups or not (need[0] or need[1] or need[2] or need[3]):
+            return None, None, None, None, None
+        k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths = ctx.saved_tensors
+        stream = _current_stream(device) if device >= 0 else 0
+        plan = data.backward_plans.get(stream)
+        if (plan is None or plan.handle is None or plan.stream != stream
+                or (device >= 0 and (check or not plan.pinned) and _capturing())):
+            num_parallel, stream_offset, num_keys, valid_last = data.options
+            plan = _call_plan(k_idx, q_idx, k_val, q_val, g, beta, None, num_parallel,
+                              stream_offset, num_keys, valid_last, True, 0, 0, check,
+                              stream_lengths, backward=True)[0]
+            data.backward_plans[stream] = plan
+        else:
+            plan_cache.note_hit(plan)
+        lengths, code = (0, 0) if stream_lengths is None else lengths_arg(
+            stream_lengths, data.device, data.options[0])
+        outs = [k_val.new_empty(shape, dtype=dtype) for shape, dtype in plan.extra.specs]
+        plan.execute_backward_fields(
+            k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
+            0 if beta is None else beta.data_ptr(), lengths, code,
+            0 if payload is None else payload.data_ptr(), fields, [u.data_ptr() for u in ups],
+            [o.data_ptr() for o in outs])
+        if check:
+            _check_status(plan, device)
+        if torch.is_grad_enabled():  # create_graph: their own backward raises
+            outs = _not_twice(outs, k_val, q_val, g, beta, ups)
+        return (outs[0] if need[0] else None, outs[1] if need[1] else None,
+                outs[2] if need[2] else None, outs[3] if need[3] and beta is not None else None,
+                None)
+
+
+def _not_twice(outs, *inputs):
+    """With create_graph, the gradients as tensors whose own backward raises
+    :data:`NOT_TWICE_DIFFERENTIABLE` (a double backward would otherwise see no path and give
+    zeros), where anything they come from requires grad."""
+    flat = [t for x in inputs for t in (x if isinstance(x, list) else [x])]
+    if not any(t is not None and t.requires_grad for t in flat):
+        return outs
+    error = torch._C._functions.DelayedError(NOT_TWICE_DIFFERENTIABLE, len(outs))
+    marked = []
+    for t in outs:
+        t = t.detach()
+        t.requires_grad = True
+        marked.append(t)
+    got = error(*marked)
+    return list(got) if isinstance(got, tuple) else [got]
