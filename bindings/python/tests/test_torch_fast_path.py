@@ -307,12 +307,13 @@ def test_an_evicted_or_moved_plan_is_not_used():
 
 def test_eviction_goes_by_use_fast_lookups_included(monkeypatch):
     """With room for two plans, the plan used last (found by the fast lookup, not the cache)
-    stays when a third is made; the other goes."""
-    monkeypatch.setattr(plan_cache, "CACHE_LIMIT", 2)
+    stays when a third is made; the other goes. (Room for two beside the plans that CUDA
+    graphs of earlier tests pin, which no clearing removes.)"""
     inputs, opts = _case(11)
     t = _tensors(inputs)
     p1.clear_plan_cache()
     torch_impl._FAST.clear()
+    monkeypatch.setattr(plan_cache, "CACHE_LIMIT", 2 + p1.plan_cache_info()["pinned"])
 
     def plan_of(o):
         _call(t, o)
@@ -325,3 +326,29 @@ def test_eviction_goes_by_use_fast_lookups_included(monkeypatch):
     plan_of(opts)  # the first, used again through the fast lookup
     third = plan_of(dict(opts, valid_last=7))
     assert first.handle is not None and third.handle is not None and second.handle is None
+
+
+def test_a_call_keeps_its_new_plan_when_every_other_is_pinned(monkeypatch):
+    """The plan made for a call is never the one its own creation evicts: with the cache full
+    of pinned plans (as CUDA graphs leave them), the call still runs, the cache holding one
+    more than its limit, and gives the NumPy call's bits."""
+    inputs, opts = _case(12)
+    t = _tensors(inputs)
+    p1.clear_plan_cache()
+    torch_impl._FAST.clear()
+    _call(t, opts)
+    _call(t, dict(opts, valid_last=7))
+    with plan_cache._cache.lock:
+        held = list(plan_cache._cache.plans.values())
+    for p in held:
+        p.pinned = True
+    monkeypatch.setattr(plan_cache, "CACHE_LIMIT", len(held))
+    try:
+        got = _call(t, dict(opts, valid_last=8))
+        assert p1.plan_cache_info()["plans"] == len(held) + 1
+    finally:
+        for p in held:
+            p.pinned = False
+    p1.clear_plan_cache()
+    torch_impl._FAST.clear()
+    assert_same(cpu_result(inputs, dict(opts, valid_last=8)), got)

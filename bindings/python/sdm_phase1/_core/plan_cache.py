@@ -288,12 +288,14 @@ class _Cache:
 _cache = _Cache()
 
 
-def _evict() -> None:
+def _evict(keep: "CachedPlan") -> None:
     # Called with the cache lock held: the least recently used unpinned plans go (by their
-    # use stamps, which fast lookups outside this cache also take).
+    # use stamps, which fast lookups outside this cache also take), never `keep`, the plan
+    # the calling thread has just made for its call (with every other plan pinned by CUDA
+    # graphs, the cache then holds one more than CACHE_LIMIT rather than fail the call).
     plans = _cache.plans
     while len(plans) > CACHE_LIMIT:
-        unpinned = [(p.used, k) for k, p in plans.items() if not p.pinned]
+        unpinned = [(p.used, k) for k, p in plans.items() if not p.pinned and p is not keep]
         if not unpinned:
             return
         plans.pop(min(unpinned)[1]).destroy()
@@ -386,7 +388,7 @@ def get_plan_for(key: tuple, options: tuple, make_workspace: Callable[[], Option
         _cache.created += 1
         if old is not None and not old.pinned:
             old.destroy()
-        _evict()
+        _evict(plan)
     return plan
 
 
