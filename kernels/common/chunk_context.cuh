@@ -21,7 +21,7 @@ constexpr int kSortTile = 4096;   // 64-bit keys per tile of the sort, whatever 
 constexpr int kScanItems = 8;     // positions per thread in a tile of the scans
 constexpr uint32_t kNoError = 0xFFFFFFFFu;
 
-SDM_HD constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+SDM_HD size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
 // An array of the chunk indexed by sorted position, stored as 8 rows of `stride` elements:
 // position r at (r % 8) * stride + r / 8. The scans and the full-size kernel's sort give each

@@ -44,13 +44,13 @@ struct OneBatchRoom {
 };
 
 // Bytes of first and offset (sized for the largest C and block).
-SDM_HD constexpr size_t one_batch_index_bytes() {
+SDM_HD size_t one_batch_index_bytes() {
     return align16(4 * static_cast<size_t>(2 * kMaxC + 1)) +
            align16(4 * static_cast<size_t>(kOneBatchWalkers * kMaxThreads + 1));
 }
 
 // The least room of the path: the index and 128 terms (it takes what room the stage has).
-SDM_HD constexpr size_t one_batch_room_bytes() { return one_batch_index_bytes() + 128 * (sizeof(PairTerm) + 1); }
+SDM_HD size_t one_batch_room_bytes() { return one_batch_index_bytes() + 128 * (sizeof(PairTerm) + 1); }
 
 __device__ __forceinline__ OneBatchRoom bind_one_batch_room(char* base, size_t room) {
     OneBatchRoom b;

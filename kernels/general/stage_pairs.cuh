@@ -26,10 +26,13 @@ namespace cuda {
 // The one-batch path pays while walkers are few a unit: past this many, the warps.
 constexpr uint32_t kWarpPathWalkers = 16;
 
+// A warp's room on the warp path: the unit's double row (C cells).
+SDM_HD size_t warp_room_bytes(int C) { return align16(8 * static_cast<size_t>(C)); }
+
 // The least room of the stage's temporaries (past ArrayLayout::pair_rows): the one-batch
-// path's, which holds a warp's room (pair_windows.cuh) at the largest C too.
+// path's, which holds a warp's room at the largest C too.
 SDM_HD size_t pair_temp_bytes() { return one_batch_room_bytes(); }
-static_assert(one_batch_room_bytes() >= warp_room_bytes(kMaxC), "a warp's room fits the least stage");
+static_assert(128 * (sizeof(PairTerm) + 1) >= 8 * kMaxC, "a warp's room fits the least stage");
 
 // The write row, and where writes repeat slots of their tokens its runs (ChunkRuns): a run
 // starts at the first write of a group (no valid write before it there) and where the token
@@ -85,21 +88,19 @@ __device__ __forceinline__ ChunkRuns<typename Arrays::Count> list_writes(const K
 }
 
 // Unit u of chunk c (row u / 2 of a, u even, or of qk) by the calling warp: its cells summed
-// in the room's row (C doubles, zero before and after) and stored, the cells without terms as
-// zeros. The spread kernel (kernels/spread/) calls it too, on a slot's copy of the arrays.
+// in `row` (C doubles, zero before and after) and stored, the cells without terms as zeros.
+// The spread kernel (kernels/spread/) calls it too, on a slot's copy of the arrays.
 template <class Arrays>
 __device__ __forceinline__ void warp_unit(const KernelArgs& a, int64_t c, const Arrays& arr,
-                                          const ChunkRuns<typename Arrays::Count>& runs, uint32_t u,
-                                          const WarpRoom& room) {
+                                          const ChunkRuns<typename Arrays::Count>& runs, uint32_t u, double* row) {
     const int C = a.s.C, lane = static_cast<int>(threadIdx.x & 31u);
     const int i = static_cast<int>(u >> 1);
     const bool qk = (u & 1u) != 0u;
     if (runs.id) {
-        warp_unit_windows<true>(a, arr, runs, i, qk, room);
+        warp_unit_windows<true>(a, arr, runs, i, qk, row);
     } else {
-        warp_unit_windows<false>(a, arr, runs, i, qk, room);
+        warp_unit_windows<false>(a, arr, runs, i, qk, row);
     }
-    double* const row = room.row;
     float* const out_row = (qk ? a.out.qk : a.out.a) + (c * C + i) * C;
     for (int j = lane; j < C; j += 32) {
         const bool kept = qk ? j <= i : j < i;
@@ -109,24 +110,26 @@ __device__ __forceinline__ void warp_unit(const KernelArgs& a, int64_t c, const 
     __syncwarp();
 }
 
-// Every unit by the warps, a unit at a time, as far as `bytes` at base hold their rooms.
+// Every unit by the warps, a unit at a time, as far as `room` bytes at base hold their rows.
 template <class Arrays>
 __device__ __forceinline__ void warp_units(const KernelArgs& a, const Chunk& k, const Arrays& arr,
-                                           const ChunkRuns<typename Arrays::Count>& runs, char* base, size_t bytes) {
+                                           const ChunkRuns<typename Arrays::Count>& runs, char* base, size_t room) {
     __shared__ uint32_t next_unit;
     const int C = a.s.C;
     const uint32_t units = 2 * static_cast<uint32_t>(C);
     if (threadIdx.x == 0) next_unit = 0;
     __syncthreads();
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31u);
-    if (static_cast<size_t>(warp) >= bytes / warp_room_bytes(C)) return;
-    const WarpRoom room = bind_warp_room(base + warp * warp_room_bytes(C), C);
+    if (static_cast<size_t>(warp) >= room / warp_room_bytes(C)) return;
+    double* const row = reinterpret_cast<double*>(base + warp * warp_room_bytes(C));
+    for (int j = lane; j < C; j += 32) row[j] = 0.0;
+    __syncwarp();
     for (;;) {
         uint32_t u = 0;
         if (lane == 0) u = atomicAdd(&next_unit, 1u);
         u = __shfl_sync(kFullWarp, u, 0);
         if (u >= units) break;
-        warp_unit(a, k.c, arr, runs, u, room);
+        warp_unit(a, k.c, arr, runs, u, row);
     }
 }
 

@@ -59,7 +59,7 @@ __device__ __forceinline__ ChunkRuns<Count> slot_runs(const KernelArgs& a, char*
     return ChunkRuns<Count>{value, id, id + nk};
 }
 
-// Launched after the wide-log kernel (launch.h); kSpreadThreads threads, a warp's room each in
+// Launched after the wide-log kernel (launch.h); kSpreadThreads threads, a warp's row each in
 // dynamic shared memory (SpreadLayout::smem_bytes).
 template <typename Count>
 __global__ void __launch_bounds__(kSpreadThreads) spread_kernel(const __grid_constant__ KernelArgs a) {
@@ -73,7 +73,9 @@ __global__ void __launch_bounds__(kSpreadThreads) spread_kernel(const __grid_con
     const uint64_t items = slots * units;
     if (items == 0) return;
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31u);
-    const WarpRoom room = bind_warp_room(smem + warp * warp_room_bytes(a.s.C), a.s.C);
+    double* const row = reinterpret_cast<double*>(smem + warp * warp_room_bytes(a.s.C));
+    for (int j = lane; j < a.s.C; j += 32) row[j] = 0.0;
+    __syncwarp();
     for (;;) {
         unsigned long long x = 0;
         if (lane == 0) x = ~atomicAdd(&a.status->spread_claimed, ~0ull);   // minus one
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(kSpreadThreads) spread_kernel(const __grid_con
         const uint32_t u = units - 1u - static_cast<uint32_t>(x / slots);
         const SpreadHeader h = *reinterpret_cast<const SpreadHeader*>(slot);
         const SlotArrays<Count> arr = bind_slot<Count>(a.spread, a.layout.stride, slot, h.shift);
-        warp_unit(a, h.chunk, arr, slot_runs<Count>(a, slot, h.runs != 0u), u, room);
+        warp_unit(a, h.chunk, arr, slot_runs<Count>(a, slot, h.runs != 0u), u, row);
     }
 }
 

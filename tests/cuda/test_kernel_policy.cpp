@@ -185,11 +185,8 @@ void test_s8_gets_spread_slots() {
     CHECK(f.spread_layout.capacity == std::min<int64_t>(128, budget / f.spread_layout.slot_bytes));
     CHECK(f.spread_layout.capacity > 0 && f.spread_layout.min_terms == 65536);
     CHECK(f.spread_layout.slot_bytes % 256 == 0);
-    // A warp's room (kernels/general/pair_windows.cuh): a double row of C cells, 32 walkers of
-    // 16 bytes, their logs' two words, 32 marks and C stamps; the limit set to that (not
-    // raised) before its occupancy.
-    CHECK(f.spread.smem_bytes == 8 * (128 * 8 + 32 * 16 + 2 * 32 * 8 + 32 + 128) &&
-          d.limit["spread_kernel<uint16_t>"] == f.spread.smem_bytes);
+    // A double row of C cells a warp; the limit set to that (not raised) before its occupancy.
+    CHECK(f.spread.smem_bytes == 8 * 128 * 8 && d.limit["spread_kernel<uint16_t>"] == f.spread.smem_bytes);
     CHECK(f.spread.grid == 132 * 4);   // 60 registers: 4 blocks of 256 an SM
     // S8's chunks (n = 16,384, num_keys >= 8 n) qualify for the lean kernel too: 1024-thread blocks.
     CHECK(!f.lean.launched() || f.lean.kernel == "lean::lean_kernel<int32_t, float, false, 1024>");
