@@ -250,6 +250,18 @@ def graph_us(torch, call, replays):
     return start.elapsed_time(end) * 1e3 / replays
 
 
+def captured_us(torch, call, replays):
+    """graph_us, or None where the call could not be captured (the reason on stderr). The
+    backward's formula failed its capture on an H100 (session 21: "Trying to backward through
+    the graph a second time" from the Function's saved tensors), not yet understood; the host
+    times do not depend on it."""
+    try:
+        return graph_us(torch, call, replays)
+    except RuntimeError as e:
+        print(f"bench_overhead: {call.__name__} not captured: {str(e).splitlines()[0]}", file=sys.stderr)
+        return None
+
+
 def gpu_rows(args):
     import torch
 
@@ -261,11 +273,12 @@ def gpu_rows(args):
     rows.append(cupy_row(args, tensors, opts))
     rows.append(jax_row(args, arrays, opts))
     p1.synchronize()
-    gpu = {"fwd": graph_us(torch, forward, args.replays), "bwd": graph_us(torch, formula, args.replays)}
+    gpu = {"fwd": graph_us(torch, forward, args.replays), "bwd": captured_us(torch, formula, args.replays)}
+    bwd = f"{gpu['bwd']:.1f} us" if gpu["bwd"] is not None else "not captured"
     title = (f"S6 on {torch.cuda.get_device_name(device)}: N={s['N']} C={s['C']} W={s['W']} "
              f"R={s['R']} num_keys={s['num_keys']} bf16, per-token gates, 2 streams, det_fields "
              f"{p1.DET_SHIPPED}; torch {torch.__version__}; GPU time a call (graph replay): "
-             f"forward {gpu['fwd']:.1f} us, backward {gpu['bwd']:.1f} us")
+             f"forward {gpu['fwd']:.1f} us, backward {bwd}")
     return title, rows, gpu
 
 
