@@ -525,6 +525,18 @@ def _execute(plan: plan_cache.CachedPlan, device: int, num_parallel: int, check:
     return block
 
 
+def _carved_outputs(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g, beta,
+                    stream_lengths, repeats) -> list:
+    """The plan executed into a new output block, the repeats counted where asked, and the
+    outputs carved from the block (Phase1's computed values, in the plan's order)."""
+    data = plan.extra
+    block = _execute(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g, beta,
+                     stream_lengths)
+    if repeats is not None:
+        repeats.add_(data.repeats_of(block))
+    return data.carve(block)
+
+
 _tuple_new = tuple.__new__
 
 
@@ -546,11 +558,8 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
         _Phase1Function.apply(k_val, q_val, g, beta, state)
         return _tuple_new(Phase1, state[8])
     data = plan.extra
-    block = _execute(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g, beta,
-                     stream_lengths)
-    if repeats is not None:
-        repeats.add_(data.repeats_of(block))
-    outs = data.carve(block)
+    outs = _carved_outputs(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g, beta,
+                           stream_lengths, repeats)
     outs += data.extras
     return _tuple_new(Phase1, data.assemble(outs))
 
@@ -686,11 +695,8 @@ class _Phase1Function(torch.autograd.Function):
     def forward(ctx, k_val, q_val, g, beta, state):
         plan, device, num_parallel, check, k_idx, q_idx, stream_lengths, repeats = state
         data = plan.extra
-        block = _execute(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g, beta,
-                         stream_lengths)
-        if repeats is not None:
-            repeats.add_(data.repeats_of(block))
-        outs = data.carve(block)
+        outs = _carved_outputs(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g,
+                               beta, stream_lengths, repeats)
         payload = None if data.payload is None else outs[data.payload]
         outs += data.extras
         state.append(data.assemble(outs))
