@@ -6,9 +6,8 @@
 #ifndef SDM_P1_KERNELS_BLOCK_SCAN_CUH
 #define SDM_P1_KERNELS_BLOCK_SCAN_CUH
 
-#include <cstring>
-
 #include "chunk_context.cuh"
+#include "warp_scan.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -18,42 +17,6 @@ struct BlockScanTemp {
     T warp_prefix[kMaxThreads / 32];   // per warp: the scan of everything before it
     T carry;                           // the scan of all earlier tiles
 };
-
-// A warp shuffle of an item of whole 32-bit words: `shuffle` moves each word.
-template <typename T, typename Shuffle>
-__device__ __forceinline__ T shuffle_words(const T& v, Shuffle shuffle) {
-    constexpr int kWords = sizeof(T) / 4;
-    static_assert(sizeof(T) % 4 == 0, "scan items are whole words");
-    uint32_t w[kWords];
-    memcpy(w, &v, sizeof(T));
-#pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = shuffle(w[i]);
-    T r;
-    memcpy(&r, w, sizeof(T));
-    return r;
-}
-
-template <typename T>
-__device__ __forceinline__ T shfl_up(const T& v, int delta) {
-    return shuffle_words(v, [delta](uint32_t x) { return __shfl_up_sync(0xFFFFFFFFu, x, delta); });
-}
-
-template <typename T>
-__device__ __forceinline__ T shfl_from(const T& v, int lane) {
-    return shuffle_words(v, [lane](uint32_t x) { return __shfl_sync(0xFFFFFFFFu, x, lane); });
-}
-
-// Inclusive scan within the warp (lane 0 first).
-template <typename T, typename Op>
-__device__ __forceinline__ T warp_inclusive_scan(T x, Op op) {
-    const int lane = static_cast<int>(threadIdx.x & 31u);
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const T lower = shfl_up(x, d);
-        if (lane >= d) x = op(lower, x);
-    }
-    return x;
-}
 
 // Before the first tile: the carry is the identity (the caller's next barrier publishes it).
 template <typename T>

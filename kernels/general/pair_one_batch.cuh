@@ -95,12 +95,7 @@ __device__ __forceinline__ void number_walkers(const KernelArgs& a, const Arrays
             const uint32_t* m = unit_mask(a, arr, u, &words);
             for (int x = 0; x < words; ++x) count += __popc(m[x]);
         }
-        uint32_t incl = count;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
-            if (lane >= d) incl += lower;
-        }
+        const uint32_t incl = warp_inclusive_sum(count, lane);
         if (u <= units) first[u] = carry + incl - count;
         carry += __shfl_sync(kFullWarp, incl, 31);
     }

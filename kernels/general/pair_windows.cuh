@@ -13,6 +13,7 @@
 #define SDM_P1_KERNELS_PAIR_WINDOWS_CUH
 
 #include "../common/pair_common.cuh"
+#include "../common/warp_scan.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -53,12 +54,7 @@ __device__ __forceinline__ void warp_unit_windows(const KernelArgs& a, const Arr
             set_walker_runs(arr, runs, w);
             m = w.hi - w.lo;
         }
-        uint32_t incl = m;   // the lanes' inclusive sum of m: my run-terms' place in the list
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
-            if (lane >= d) incl += lower;
-        }
+        const uint32_t incl = warp_inclusive_sum(m, lane);   // my run-terms' place in the list
         const uint32_t total = __shfl_sync(kFullWarp, incl, 31);
         for (uint32_t w0 = 0; w0 < total; w0 += 32) {
             const uint32_t t = w0 + static_cast<uint32_t>(lane);

@@ -6,6 +6,7 @@
 
 #include "../common/chunk_context.cuh"
 #include "../common/pair_common.cuh"
+#include "../common/warp_scan.cuh"
 #include "lean_layout.h"
 
 namespace sdm_p1 {
@@ -142,12 +143,7 @@ __device__ __forceinline__ uint32_t packed_before(uint32_t pos) {
 __device__ __forceinline__ uint32_t block_exclusive_sum(uint32_t x, LeanShared& sh, uint32_t* total) {
     const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
     const int warps = static_cast<int>(blockDim.x >> 5);
-    uint32_t incl = x;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
-        if (lane >= d) incl += lower;
-    }
+    const uint32_t incl = warp_inclusive_sum(x, lane);
     if (lane == 31) sh.warp_sums[warp] = incl;
     __syncthreads();
     uint32_t before = 0, all = 0;
@@ -167,12 +163,7 @@ __device__ __forceinline__ uint32_t warp_exclusive_scan(uint32_t* words, int cou
     uint32_t carry = 0;
     for (int b = 0; b < count; b += 32) {
         const uint32_t x = b + lane < count ? words[b + lane] : 0u;
-        uint32_t incl = x;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
-            if (lane >= d) incl += lower;
-        }
+        const uint32_t incl = warp_inclusive_sum(x, lane);
         if (b + lane < count) words[b + lane] = carry + incl - x;
         carry += __shfl_sync(kFullWarp, incl, 31);
     }

@@ -30,12 +30,7 @@ __device__ __forceinline__ void count_writes(const Chunk& k, const LeanArrays& a
     uint32_t carry = 0;
     for (int b = 0; b < blocks; b += 32) {
         const uint32_t x = b + lane < blocks ? __popc(arr.kmask[b + lane]) : 0u;
-        uint32_t incl = x;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
-            if (lane >= d) incl += lower;
-        }
+        const uint32_t incl = warp_inclusive_sum(x, lane);
         if (b + lane < blocks) arr.kpre[b + lane] = carry + incl - x;
         carry += __shfl_sync(kFullWarp, incl, 31);
     }

@@ -12,6 +12,7 @@
 
 #include "../../../canon/field_members.h"
 #include "../../common/stage_load.cuh"
+#include "../../common/warp_scan.cuh"
 #include "lb_context.cuh"
 
 namespace sdm_p1 {
@@ -171,12 +172,7 @@ __device__ __forceinline__ void list_groups(const LeanBackwardLayout& l, const L
         for (int w0 = 0; w0 < words; w0 += 32) {
             const int w = w0 + lane_id();
             const uint32_t x = w < words ? __popc(arr.writes[w]) : 0u;
-            uint32_t incl = x;
-#pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const uint32_t lower = __shfl_up_sync(kFullWarp, incl, d);
-                if (lane_id() >= d) incl += lower;
-            }
+            const uint32_t incl = warp_inclusive_sum(x, lane_id());
             if (w < words) arr.writes_before[w] = carry + incl - x;
             carry += __shfl_sync(kFullWarp, incl, 31);
         }

@@ -13,6 +13,7 @@
 #define SDM_P1_KERNELS_BACKWARD_LEAN_LB_SMALL_GROUPS_CUH
 
 #include "lb_context.cuh"
+#include "../../common/warp_scan.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -159,12 +160,7 @@ __device__ __forceinline__ void small_groups(const BackwardArgs& b, const LbChun
         while (starts != 0u) {
             // The next batch: the remaining groups, in order, while their entries fit 32 lanes.
             const int mine = (starts >> lane_id() & 1u) != 0u ? m : 0;
-            int incl = mine;
-#pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const int lower = __shfl_up_sync(kFullWarp, incl, d);
-                if (lane_id() >= d) incl += lower;
-            }
+            const int incl = warp_inclusive_sum(mine, lane_id());
             const uint32_t taken = __ballot_sync(kFullWarp, mine != 0 && incl <= 32);
             sum_batch<PerWrite>(b, k, arr, sh.shift, batch_lane(taken, r, m, incl));
             starts &= ~taken;
