@@ -25,6 +25,7 @@ parameters and exits 1 unless they are the same bits on all ranks
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -113,6 +114,11 @@ def main() -> int:
                 print(f"step {step} loss {losses[-1]!r} parameters identical on {world} ranks")
         elif rank == 0 and (step == 1 or step % PRINT_EVERY == 0):
             print(f"step {step:4d}  loss {losses[-1]:.4f}")
+    # Everything that holds the process group (DDP's reducer, in reference cycles) released
+    # first, so that destroying the group joins its worker threads while Python still runs: a
+    # gloo thread that let go of a tensor after Python's exit aborted the process.
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
     first, final = losses[0], sum(losses[-10:]) / len(losses[-10:])
     if rank == 0:
