@@ -31,7 +31,7 @@ size_t upstream_element_bytes(int f, const Options& o) {
 
 // "grads[19] (kspa)" for messages.
 std::string grad_name(const sdm_p1_plan& plan, int f) {
-    return "grads[" + std::to_string(f) + "] (" + plan.views[static_cast<size_t>(f)].name + ")";
+    return upstream_label(f, plan.views[static_cast<size_t>(f)].name);
 }
 
 // The upstream gradients by field, each differentiable and aligned.

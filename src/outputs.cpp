@@ -58,6 +58,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }   // namespace
 
+std::string upstream_label(int f, const char* field) { return "grads[" + std::to_string(f) + "] (" + field + ")"; }
+
 OutputViews describe_outputs(const Options& o) {
     const int64_t N = o.N, C = o.C, W = o.W, R = o.R;
     const int64_t L = o.rec_tile;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../../canon/field_members.h"
 #include "../../canon/field_sets.h"
 #include "../checked_size.h"
 #include "../errors.h"
@@ -248,21 +249,23 @@ void require_device_pointer(const void* p, int device, const char* kind, const c
     }
 }
 
-void DevicePointerCheck::require(const void* p, const char* kind, const char* name) {
+bool DevicePointerCheck::known(const void* p) {
     const uintptr_t address = reinterpret_cast<uintptr_t>(p);
     for (int i = 0; i < count_; ++i) {
-        if (address >= ranges_[i].begin && address < ranges_[i].end) return;
+        if (address >= ranges_[i].begin && address < ranges_[i].end) return true;
     }
     uintptr_t begin = 0, end = 0;
-    if (driver_device_memory(address, device_, &begin, &end)) {
-        if (count_ < 8) ranges_[count_++] = Range{begin, end};
-        return;
-    }
+    if (!driver_device_memory(address, device_, &begin, &end)) return false;
+    if (count_ < 8) ranges_[count_++] = Range{begin, end};
+    return true;
+}
+
+void DevicePointerCheck::admit(const void* p, const char* kind, const char* name) {
     require_device_pointer(p, device_, kind, name, who_);
     const AddressRange range = address_range_function();
     unsigned long long base = 0;
     size_t size = 0;
-    if (count_ < 8 && range != nullptr && range(&base, &size, address) == 0 && size > 0) {
+    if (count_ < 8 && range != nullptr && range(&base, &size, reinterpret_cast<uintptr_t>(p)) == 0 && size > 0) {
         ranges_[count_++] = Range{static_cast<uintptr_t>(base), static_cast<uintptr_t>(base + size)};
     }
 }
@@ -317,19 +320,12 @@ void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* 
     if (b.up.kspa != nullptr) memory.require(in.beta, "inputs->", "beta");
     if (in.stream_lengths != nullptr) memory.require(in.stream_lengths, "inputs->", "stream_lengths");
     if (b.payload != nullptr) memory.require(b.payload, "", "payload");
-    // The upstream gradients given, named as backward_plan.cpp names them.
-    const struct {
-        const void* data;
-        const char* name;
-    } upstream[] = {
-        {b.up.a, "grads[0] (a)"},         {b.up.qk, "grads[1] (qk)"},      {b.up.log_k, "grads[2] (log_k)"},
-        {b.up.log_q, "grads[3] (log_q)"}, {b.up.rex, "grads[4] (rex)"},    {b.up.cpe, "grads[5] (cpe)"},
-        {b.up.k_eff, "grads[8] (k_eff)"}, {b.up.q_w, "grads[9] (q_w)"},    {b.up.krec, "grads[18] (krec)"},
-        {b.up.kspa, "grads[19] (kspa)"},  {b.up.qrec, "grads[20] (qrec)"}, {b.up.qrec8, "grads[27] (qrec8)"}};
-    static_assert(sizeof upstream / sizeof upstream[0] == differentiable_count(), "every differentiable field");
-    for (const auto& u : upstream) {
-        if (u.data != nullptr) memory.require(u.data, "", u.name);
-    }
+    // The upstream gradients given (one member a differentiable field, canon/field_members.h),
+    // named as backward_plan.cpp names them; the name is made only for memory not yet known.
+    for_each_upstream(b.up, [&](int f, const void* p) {
+        if (p != nullptr && !memory.known(p))
+            memory.admit(p, "", upstream_label(f, describe_outputs(o)[f].name).c_str());
+    });
     const InputGradBuffers& g = b.grads;
     if (g.k_val != nullptr) memory.require(g.k_val, "out->", "k_val");
     if (g.q_val != nullptr) memory.require(g.q_val, "out->", "q_val");

@@ -59,7 +59,17 @@ void require_device_pointer(const void* p, int device, const char* kind, const c
 class DevicePointerCheck {
 public:
     explicit DevicePointerCheck(int device, const char* who = "sdm_p1_execute") : device_(device), who_(who) {}
-    void require(const void* p, const char* kind, const char* name);
+    // Refuses p (Error, INVALID_ARGUMENT, naming `kind` `name`) unless it is memory of the
+    // device: known(p), or else admit(p, ...).
+    void require(const void* p, const char* kind, const char* name) {
+        if (!known(p)) admit(p, kind, name);
+    }
+    // Whether p lies in a range already admitted or in device memory the driver reports (the
+    // fast path: no name is needed, so a caller whose name costs something builds it after).
+    bool known(const void* p);
+    // The slow path: the runtime's attributes of p, refused unless of the device, its range
+    // then remembered.
+    void admit(const void* p, const char* kind, const char* name);
 
 private:
     struct Range {
