@@ -55,8 +55,9 @@
  * gradients (a, qk, rex, cpe, k_eff, q_w) and every differentiable output's, random in
  * [-1, 1); each row gives the forward's median ms (default det_fields, a plan without
  * backward), the backward's (a plan with backward = 1, every input gradient written) with the
- * forward's payload and sorted again (payload NULL), each as a ratio to the forward, and both
- * plans' workspace. A backward of over 100 ms (the worst cases) is timed 3 times after one
+ * forward's payload and the ids (the payload checked against them), with the payload alone
+ * ("trusted": the check's cost is the difference) and sorted again (payload NULL), each as a
+ * ratio to the forward, and both plans' workspace. A backward of over 100 ms (the worst cases) is timed 3 times after one
  * warm-up. No JSON.
  *
  * --json PATH (either backend) also writes the run's results to PATH as one JSON object:
@@ -974,7 +975,7 @@ static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int var
 typedef struct BackwardRow {
     Shape shape;
     int every_upstream;
-    double fwd_ms, bwd_ms, bwd_sorted_ms;
+    double fwd_ms, bwd_ms, bwd_trusted_ms, bwd_sorted_ms;
     size_t fwd_workspace, bwd_workspace;
 } BackwardRow;
 
@@ -1117,6 +1118,13 @@ static void time_backward(const Shape* s, const DeviceInputs* dev, int reps, cud
         sdm_ok(sdm_p1_execute(bwd, &in, NULL, 0, stream), "the backward plan's forward");
         r->bwd_ms =
             time_calls(bwd, 1, &in, (const int32_t*)views[SDM_P1_FIELD_PAYLOAD].data, grads, &out, reps, stream);
+        {
+            sdm_p1_inputs no_ids = in; /* the payload trusted: no ids to check it against */
+            no_ids.k_idx = NULL;
+            no_ids.q_idx = NULL;
+            r->bwd_trusted_ms = time_calls(bwd, 1, &no_ids, (const int32_t*)views[SDM_P1_FIELD_PAYLOAD].data, grads,
+                                           &out, reps, stream);
+        }
         r->bwd_sorted_ms = time_calls(bwd, 1, &in, NULL, grads, &out, reps, stream);
         sdm_ok(sdm_p1_workspace_size(fwd, &r->fwd_workspace), "workspace_size");
         sdm_ok(sdm_p1_workspace_size(bwd, &r->bwd_workspace), "workspace_size");
@@ -1133,9 +1141,10 @@ static void time_backward(const Shape* s, const DeviceInputs* dev, int reps, cud
 }
 
 static void print_backward_row(const BackwardRow* r) {
-    printf("%-7s %-6s %9.4f %9.4f %7.2f %9.4f %7.2f %9.1f %9.1f %6.2f\n", r->shape.name,
-           r->every_upstream ? "every" : "layer", r->fwd_ms, r->bwd_ms, r->bwd_ms / r->fwd_ms, r->bwd_sorted_ms,
-           r->bwd_sorted_ms / r->fwd_ms, (double)r->fwd_workspace / 1e6, (double)r->bwd_workspace / 1e6,
+    printf("%-7s %-6s %9.4f %9.4f %7.2f %9.4f %7.2f %9.4f %7.2f %9.1f %9.1f %6.2f\n", r->shape.name,
+           r->every_upstream ? "every" : "layer", r->fwd_ms, r->bwd_ms, r->bwd_ms / r->fwd_ms, r->bwd_trusted_ms,
+           r->bwd_ms / r->bwd_trusted_ms, r->bwd_sorted_ms, r->bwd_sorted_ms / r->fwd_ms,
+           (double)r->fwd_workspace / 1e6, (double)r->bwd_workspace / 1e6,
            (double)r->bwd_workspace / (double)r->fwd_workspace);
 }
 
@@ -1150,8 +1159,11 @@ static int run_cuda_backward(const Shape* shapes, int count, int reps) {
     printf("device %d: %s; libsdmp1 %s; the backward, %d timed runs per column (CUDA events, median)\n", device,
            prop.name, sdm_p1_version_string(), reps);
     printf("upstream: layer = a, qk, rex, cpe, k_eff, q_w (the sdm_layer's); every = all 12 differentiable outputs\n");
-    printf("%-7s %-6s %9s %9s %7s %9s %7s %9s %9s %6s\n", "shape", "up", "fwd_ms", "bwd_ms", "ratio", "sorted_ms",
-           "ratio", "fwd_MB", "bwd_MB", "ws_x");
+    printf(
+        "bwd_ms: the payload with the ids (checked against them); trusted_ms: the payload alone (check = bwd / "
+        "trusted); sorted_ms: payload NULL\n");
+    printf("%-7s %-6s %9s %9s %7s %9s %7s %9s %7s %9s %9s %6s\n", "shape", "up", "fwd_ms", "bwd_ms", "ratio",
+           "trusted_ms", "check", "sorted_ms", "ratio", "fwd_MB", "bwd_MB", "ws_x");
     for (i = 0; i < count; ++i) {
         HostInputs host;
         DeviceInputs dev;
@@ -1205,7 +1217,8 @@ static int help(const char* argv0) {
         "  --sweep             CUDA: also S1 at N = 1024 .. 16384\n"
         "  --varlen            CUDA: also a row per shape with the odd streams at half length\n"
         "  --backward          CUDA: the backward instead: per shape, the forward's time, the\n"
-        "                      backward's with the forward's payload and sorted again, their\n"
+        "                      backward's with the forward's payload and the ids (checked\n"
+        "                      against it), with the payload alone and sorted again, their\n"
         "                      ratios and both plans' workspace, with the sdm_layer's upstream\n"
         "                      gradients and with every one\n"
         "  --save-inputs DIR   first write each shape's inputs (the bytes the executes get) to\n"

@@ -88,7 +88,8 @@ void execute_backward_plan(sdm_p1_plan& plan, const sdm_p1_inputs* inputs, const
     BackwardRecord b{};
     b.up = checked_upstream(plan, grads, count);
     const std::string kspa_reason = grad_name(plan, SDM_P1_FIELD_KSPA) + " is given";
-    const InputNeeds needs{payload == nullptr, b.up.kspa != nullptr ? kspa_reason.c_str() : nullptr};
+    const InputNeeds needs{payload == nullptr ? InputNeeds::kIds : InputNeeds::kIdsIfGiven,
+                           b.up.kspa != nullptr ? kspa_reason.c_str() : nullptr};
     b.in = checked_inputs(kWho, o, inputs, needs);
     if (payload != nullptr) require_pointer(kWho, "", "payload", payload, 4);
     b.payload = payload;

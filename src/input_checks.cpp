@@ -22,7 +22,13 @@ InputRecord checked_inputs(const char* who, const Options& o, const sdm_p1_input
     sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;   // the defaults of fields an older caller lacks
     read_struct(caller, caller->struct_size, &in, layout);
     const size_t idx = o.idx64 ? 8 : 4, val = o.bf16 ? 2 : 4;
-    if (needs.ids) {
+    const bool ids = needs.ids == InputNeeds::kIds || in.k_idx != nullptr || in.q_idx != nullptr;
+    if (needs.ids == InputNeeds::kIdsIfGiven && ids && (in.k_idx == nullptr || in.q_idx == nullptr)) {
+        fail(SDM_P1_ERROR_INVALID_ARGUMENT, who, ": inputs->", in.k_idx == nullptr ? "k_idx" : "q_idx",
+             " is NULL but inputs->", in.k_idx == nullptr ? "q_idx" : "k_idx",
+             " is not: with a payload, give both ids (the payload is checked against them) or neither");
+    }
+    if (ids) {
         require_pointer(who, "inputs->", "k_idx", in.k_idx, idx);
         require_pointer(who, "inputs->", "q_idx", in.q_idx, idx);
     }
@@ -50,8 +56,8 @@ InputRecord checked_inputs(const char* who, const Options& o, const sdm_p1_input
     }
 
     InputRecord record{};
-    record.k_idx = needs.ids ? in.k_idx : nullptr;
-    record.q_idx = needs.ids ? in.q_idx : nullptr;
+    record.k_idx = ids ? in.k_idx : nullptr;
+    record.q_idx = ids ? in.q_idx : nullptr;
     record.k_val = in.k_val;
     record.q_val = in.q_val;
     record.g = in.g;

@@ -14,7 +14,11 @@ namespace sdm_p1 {
 
 // What an execute needs of the inputs besides k_val, q_val and g (always needed).
 struct InputNeeds {
-    bool ids;                  // k_idx and q_idx
+    enum Ids {
+        kIds,         // k_idx and q_idx needed
+        kIdsIfGiven   // both or neither (the backward given a payload, which they are checked against)
+    };
+    Ids ids;
     const char* beta_reason;   // non-null: beta is needed, for this reason (the message's)
 };
 

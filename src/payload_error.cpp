@@ -31,6 +31,14 @@ void report_payload_error(const Options& o, int64_t c, const PayloadError& e) {
         case PayloadError::kNoHead:
             problem = "is the chunk's first entry but lacks the group-head bit (31)";
             break;
+        case PayloadError::kOrder:
+            problem = "is out of the order of these ids (by slot, then entry, each entry after the previous word's)";
+            break;
+        case PayloadError::kGroupHead:
+            problem = (e.word & kHead)
+                          ? "has the group-head bit (31) but the same slot as the previous entry in these ids"
+                          : "lacks the group-head bit (31) but starts a slot in these ids";
+            break;
     }
     fail(SDM_P1_ERROR_INVALID_INPUT, "sdm_p1_execute_backward: payload[", c, ", ", e.position, "] = ", word, " (token ",
          t, kind, lane, ") ", problem, ": the payload is not the sort of chunk ", c, "'s entries (C = ", o.C,

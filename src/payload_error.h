@@ -15,7 +15,10 @@ struct PayloadError {
         kTwice,          // names an entry an earlier word named
         kPaddingBit,     // padding bit set on a valid token's entry, or clear on a padding one's
         kPaddingFirst,   // a padding entry before a valid one
-        kNoHead          // the first entry of a chunk with valid tokens lacks the head bit
+        kNoHead,         // the first entry of a chunk with valid tokens lacks the head bit
+        // With the ids given (checked against them, after the checks above and the ids'):
+        kOrder,      // its entry's sort key (slot, entry) not above the previous word's
+        kGroupHead   // a valid entry's head bit not exactly where its slot differs from the previous one's
     };
     bool found;
     Problem problem;

@@ -58,7 +58,8 @@ sdm_p1_plan* create_plan(const sdm_p1_desc* desc) {
 void execute_plan(sdm_p1_plan& plan, const sdm_p1_inputs* caller_in, void* const* outputs, int32_t count,
                   void* stream) {
     const Options& o = plan.options;
-    const InputNeeds needs{true, o.has(SDM_P1_DET_KSPA) ? "det_fields asks for kspa (SDM_P1_DET_KSPA)" : nullptr};
+    const InputNeeds needs{InputNeeds::kIds,
+                           o.has(SDM_P1_DET_KSPA) ? "det_fields asks for kspa (SDM_P1_DET_KSPA)" : nullptr};
     InputRecord record = checked_inputs("sdm_p1_execute", o, caller_in, needs);
 
     // The output buffers, by field.

@@ -605,17 +605,25 @@ SDM_P1_API sdm_p1_status sdm_p1_input_grads_init(sdm_p1_input_grads* grads, size
  * with respect to k_val, q_val, g and beta, for the outputs a forward of this plan computes
  * from `inputs`. The plan must have been created with desc.backward = 1. inputs:  the
  * forward's: k_val, q_val, g and stream_lengths as at sdm_p1_execute; beta when
- *          a KSPA gradient is given (else not read); k_idx and q_idx when payload is NULL
- *          (else not read, and they may be NULL). Ids, gates and stream lengths are checked
- *          as at sdm_p1_execute, with the same messages under this function's name.
+ *          a KSPA gradient is given (else not read); k_idx and q_idx when payload is NULL;
+ *          with a payload, both (since 1.4: the payload is checked against them) or
+ *          neither (both NULL: the payload is trusted as below; one alone is refused with
+ *          SDM_P1_ERROR_INVALID_ARGUMENT). Ids, gates and stream lengths are checked as at
+ *          sdm_p1_execute, with the same messages under this function's name.
  * payload: the forward's PAYLOAD output for these inputs ([N, row] int32: the sort), or NULL:
  *          the backward sorts again from the ids. It is checked: each chunk's first
  *          C * (W + R) words must name each of the chunk's entries once, with the padding
  *          bit set exactly on the entries of padding tokens, the padding last and the group
- *          head bit on the first word when the chunk has valid tokens (else
- *          SDM_P1_ERROR_INVALID_INPUT naming the chunk and position). Beyond that it is
- *          trusted: another payload that passes gives unspecified gradients, never an access
- *          out of bounds. Bits 18-30 and the words past C * (W + R) are not read.
+ *          head bit on the first word when the chunk has valid tokens; then, with the ids
+ *          given (after their check), it must be their sort: each word's entry after the
+ *          previous word's by (slot, entry index), and each valid entry's group-head bit set
+ *          exactly where its slot differs from the previous word's (else
+ *          SDM_P1_ERROR_INVALID_INPUT naming the chunk and position; the check reads the ids
+ *          once, in O(C * (W + R)) a chunk). A payload of other ids is refused where it is
+ *          not the sort of these; where it is, the gradients are these inputs'. Without the
+ *          ids the payload is trusted beyond its own checks: another payload that passes
+ *          gives unspecified gradients, never an access out of bounds. Bits 18-30 and the
+ *          words past C * (W + R) are not read.
  * grads:   `count` pointers indexed by sdm_p1_field (count in 0..SDM_P1_FIELD_COUNT; fields
  *          at or past count are NULL; grads may be NULL with count 0): the upstream gradient
  *          of each differentiable output, or NULL, read as +0.0 everywhere. Cells of A at

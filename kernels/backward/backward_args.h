@@ -19,7 +19,7 @@ constexpr int kBackwardThreads = 256;
 // The problems of a bad payload word, numbered as PayloadError::Problem numbers them
 // (src/payload_error.h; cuda_backend.cpp asserts they agree).
 constexpr uint32_t kPayloadNoEntry = 0, kPayloadTwice = 1, kPayloadPaddingBit = 2, kPayloadPaddingFirst = 3,
-                   kPayloadNoHead = 4;
+                   kPayloadNoHead = 4, kPayloadOrder = 5, kPayloadGroupHead = 6;
 
 // Where each of a chunk's arrays lies in a block's slice of the workspace (byte offsets; n =
 // C * (W + R) entries, nw = C * W writes). The names are those of the CPU backend's

@@ -68,12 +68,20 @@ __global__ void __launch_bounds__(kBackwardThreads) backward_kernel(const __grid
             bsh.payload_error = bwd::kNoPayloadError;
         }
         __syncthreads();
-        // The data check: ids and gates (Sort), or the payload and the gates.
+        // The data check: ids and gates (Sort), or the payload, the gates and where the ids are
+        // given the ids and the payload's order against them (the CPU's order of checks:
+        // check_chunk_backward).
         if constexpr (Sort) {
             bwd::load_ids(a, k, arr, sh);
-        } else {
+        } else if (a.k_idx == nullptr) {
             bwd::load_gates(a, k, arr, sh);
             bwd::check_payload(b, k, arr, bsh);
+        } else {
+            bwd::load_ids(a, k, arr, sh);
+            bwd::check_payload(b, k, arr, bsh);
+            if (bsh.payload_error == bwd::kNoPayloadError && sh.error_code == kNoError) {
+                bwd::check_payload_order(b, k, arr, bsh);
+            }
         }
         report_chunk_error(a, k, sh);
         const bool bad = sh.error_code != kNoError || bsh.payload_error != bwd::kNoPayloadError;

@@ -13,6 +13,16 @@ namespace sdm_p1 {
 namespace cuda {
 namespace bwd {
 
+// The chunk's first bad payload word, if any, recorded for sdm_p1_execute_status.
+__device__ __forceinline__ void report_payload_error(const BackwardArgs& b, const Chunk& k, const BackwardShared& bsh) {
+    if (threadIdx.x == 0 && bsh.payload_error != kNoPayloadError) {
+        const uint32_t* const row = reinterpret_cast<const uint32_t*>(b.payload + k.c * b.row);
+        b.payload_value[k.c] = static_cast<uint64_t>(k.t_valid) << 32 | row[bsh.payload_error >> 3];
+        atomicMin(&b.k.status->payload_key,
+                  static_cast<unsigned long long>(k.c) << kStatusCodeBits | bsh.payload_error);
+    }
+}
+
 // What the check finds wrong with the word w at position r (the CPU's order of tests), or
 // kNoPayloadError; first_r: the least position of a word that names the same entry.
 __device__ __forceinline__ uint32_t payload_problem(const KernelShape& s, const Chunk& k, uint32_t w, int r,
@@ -50,12 +60,37 @@ __device__ __forceinline__ void check_payload(const BackwardArgs& b, const Chunk
         if (problem != kNoPayloadError) atomicMin(&bsh.payload_error, static_cast<uint32_t>(r) << 3 | problem);
     }
     __syncthreads();
-    if (threadIdx.x == 0 && bsh.payload_error != kNoPayloadError) {
-        const uint32_t w = row[bsh.payload_error >> 3];
-        b.payload_value[k.c] = static_cast<uint64_t>(k.t_valid) << 32 | w;
-        atomicMin(&b.k.status->payload_key,
-                  static_cast<unsigned long long>(k.c) << kStatusCodeBits | bsh.payload_error);
+    report_payload_error(b, k, bsh);
+}
+
+// Stage "payload check", with the ids given (after check_payload and stage "load and check"
+// passed, which made the keys by entry from the ids): each word's key above the previous
+// word's, and each valid entry's head bit exactly where its slot differs from the previous
+// word's (CPU twin: check_payload_order). Each position is checked on its own; the least bad
+// one is the CPU's first. Ends with a barrier.
+__device__ __forceinline__ void check_payload_order(const BackwardArgs& b, const Chunk& k, const Arrays& arr,
+                                                    BackwardShared& bsh) {
+    const KernelShape& s = b.k.s;
+    const int W = s.W, WR = W + s.R, valid_entries = k.t_valid * WR;
+    const uint32_t* const row = reinterpret_cast<const uint32_t*>(b.payload + k.c * b.row);
+    const auto key_at = [&](int r) {
+        const uint32_t w = row[r];
+        return arr.keys[entry_of(W, WR, payload_token(w), static_cast<int>(w & kLaneMask), (w & kIsQ) != 0u)];
+    };
+    for (int r = threadIdx.x; r < k.n; r += blockDim.x) {
+        const uint32_t w = row[r];
+        const uint64_t key = key_at(r), before = r > 0 ? key_at(r - 1) : 0u;
+        const bool starts = r == 0 || (key >> b.k.entry_bits) != (before >> b.k.entry_bits);
+        uint32_t problem = kNoPayloadError;
+        if (r > 0 && key <= before) {
+            problem = kPayloadOrder;
+        } else if (r < valid_entries && ((w & kHead) != 0u) != starts) {
+            problem = kPayloadGroupHead;
+        }
+        if (problem != kNoPayloadError) atomicMin(&bsh.payload_error, static_cast<uint32_t>(r) << 3 | problem);
     }
+    __syncthreads();
+    report_payload_error(b, k, bsh);
 }
 
 // Stage "load" without ids: the valid tokens' gates in fixed point (padding tokens' and bad

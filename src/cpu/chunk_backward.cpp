@@ -63,6 +63,29 @@ PayloadError check_payload(const Chunk& k, const int32_t* row, uint64_t* seen) {
     return PayloadError{};
 }
 
+// Stage "payload check", with the ids given: the row (which check_payload passed) must be the
+// sort of the chunk's keys, which load_and_check made from the ids (by entry: slot <<
+// entry_bits | entry): each word's key above the previous word's, and each valid entry's head
+// bit set exactly where its slot differs from the previous word's (or at r = 0). A payload of
+// other ids, or of these ids in another order, is found here, in O(n).
+PayloadError check_payload_order(const Chunk& k, const int32_t* row, const uint64_t* keys) {
+    const int W = k.o.W, WR = W + k.o.R;
+    const int valid_entries = k.t_valid * WR;
+    uint64_t before = 0;
+    for (int r = 0; r < k.n; ++r) {
+        const uint32_t w = static_cast<uint32_t>(row[r]);
+        const int t = payload_token(w), lane = static_cast<int>(w & kLaneMask);
+        const uint64_t key = keys[t * WR + ((w & kIsQ) ? W + lane : lane)];
+        if (r > 0 && key <= before) return PayloadError{true, PayloadError::kOrder, r, w, k.t_valid};
+        const bool starts = r == 0 || (key >> k.entry_bits) != (before >> k.entry_bits);
+        if (r < valid_entries && ((w & kHead) != 0u) != starts) {
+            return PayloadError{true, PayloadError::kGroupHead, r, w, k.t_valid};
+        }
+        before = key;
+    }
+    return PayloadError{};
+}
+
 // Stage "payload decode" (in place of the forward's sort and decode, and of load's values):
 // the sorted row's payload words with the payload's group heads (every padding entry a head of
 // its own, as the forward's), each entry's position and value (by entry, as load writes them).
@@ -223,8 +246,15 @@ BackwardCheck check_chunk_backward(const Options& o, const BackwardRecord& b, in
         result.input = load_and_check(k, b.in, s.fwd);
         return result;
     }
-    result.payload = check_payload(k, b.payload + c * o.row(), s.seen);
-    if (!result.payload.found) result.input = load_gates(k, b.in, s.fwd);
+    const int32_t* const row = b.payload + c * o.row();
+    result.payload = check_payload(k, row, s.seen);
+    if (result.payload.found) return result;
+    if (b.in.k_idx == nullptr) {   // the ids not given: the payload is trusted beyond that
+        result.input = load_gates(k, b.in, s.fwd);
+        return result;
+    }
+    result.input = load_and_check(k, b.in, s.fwd);   // the ids and gates, as the forward checks them
+    if (!result.input.found) result.payload = check_payload_order(k, row, s.fwd.keys);
     return result;
 }
 

@@ -101,7 +101,8 @@ bool driver_device_memory(uintptr_t address, int device, uintptr_t* begin, uintp
 // The device's payload problems are PayloadError's (kernels/backward/backward_args.h).
 static_assert(kPayloadNoEntry == PayloadError::kNoEntry && kPayloadTwice == PayloadError::kTwice &&
                   kPayloadPaddingBit == PayloadError::kPaddingBit &&
-                  kPayloadPaddingFirst == PayloadError::kPaddingFirst && kPayloadNoHead == PayloadError::kNoHead,
+                  kPayloadPaddingFirst == PayloadError::kPaddingFirst && kPayloadNoHead == PayloadError::kNoHead &&
+                  kPayloadOrder == PayloadError::kOrder && kPayloadGroupHead == PayloadError::kGroupHead,
               "the payload problems agree");
 
 // SDMP1_SPREAD_TERMS, where set to a number: the pair terms from which a chunk's pair sums
@@ -310,7 +311,7 @@ void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* 
     const DeviceGuard guard(device_);
     DevicePointerCheck memory(device_, "sdm_p1_execute_backward");
     const InputRecord& in = b.in;
-    if (b.payload == nullptr) {
+    if (in.k_idx != nullptr) {   // needed without a payload; checked against it with one
         memory.require(in.k_idx, "inputs->", "k_idx");
         memory.require(in.q_idx, "inputs->", "q_idx");
     }

@@ -301,6 +301,10 @@ void test_pointer_refusals() {
     no_ids.k_idx = nullptr;
     refused(sdm_p1_execute_backward(plan, &no_ids, nullptr, grads.data(), SDM_P1_FIELD_COUNT, &out, nullptr),
             "sdm_p1_execute_backward: inputs->k_idx is NULL");
+    // With a payload: both ids (checked against it) or neither.
+    refused(sdm_p1_execute_backward(plan, &no_ids, payload.data(), grads.data(), SDM_P1_FIELD_COUNT, &out, nullptr),
+            "sdm_p1_execute_backward: inputs->k_idx is NULL but inputs->q_idx is not: with a payload, give both ids "
+            "(the payload is checked against them) or neither");
     no_ids.q_idx = nullptr;   // the payload stands for the ids
     CHECK(sdm_p1_execute_backward(plan, &no_ids, payload.data(), grads.data(), SDM_P1_FIELD_COUNT, &out, nullptr) ==
           SDM_P1_SUCCESS);
@@ -398,6 +402,86 @@ void test_bad_data_refused_nothing_written() {
     expect_refused(backward(q, call), SDM_P1_ERROR_INVALID_INPUT, "sdm_p1_execute_backward: gate g[1, 3, 1] = inf");
     call.payload = good.data();   // gates are checked with a payload too
     expect_refused(backward(q, call), SDM_P1_ERROR_INVALID_INPUT, "gate g[1, 3, 1] = inf");
+}
+
+// A payload checked against the ids given with it (issue 44): a payload of other ids is
+// refused where it is not their sort, at the first word out of their order. Hand-made cases:
+// the ids changed at the first group start r (head bit set, slot above the previous word's)
+// whose entry index is below the previous word's, so that r's entry takes the previous word's
+// slot: the payload stays their sort up to r, and r is out of order; a head bit added where
+// the slot does not change and taken off where it does. Without the ids the payload is
+// trusted (documented): the same call runs.
+void test_payload_of_other_ids_refused() {
+    const Problem p = make_problem(false, 8u, 1);
+    const std::vector<int32_t> good = forward_payload(p);
+    CHECK(!good.empty());
+    const int64_t C = p.desc.C, W = p.desc.W, R = p.desc.R, WR = W + R;
+    const int row = static_cast<int>(good.size() / p.desc.N);
+    Call call;
+    call.payload = good.data();
+    const Result ok = backward(p, call);
+    CHECK_MSG(ok.status == SDM_P1_SUCCESS, ok.error.c_str());   // the forward's own payload passes
+    const auto word = [&](int64_t c, int r) { return static_cast<uint32_t>(good[c * row + r]); };
+    // The entry index of a payload word (token bits 9-16, read bit 8, lane bits 0-7).
+    const auto entry = [&](uint32_t w) { return ((w >> 9) & 0xFF) * WR + ((w >> 8 & 1u) ? W : 0) + (w & 0xFF); };
+    const auto valid = [](uint32_t w) { return !(w >> 17 & 1u); };
+    const auto at = [](int64_t c, int r) {
+        char s[64];
+        std::snprintf(s, sizeof s, "payload[%lld, %d] = ", static_cast<long long>(c), r);
+        return std::string(s);
+    };
+    bool found = false;
+    for (int64_t c = 0; c < p.desc.N && !found; ++c) {
+        for (int r = 1; r < static_cast<int>(C * WR) && !found; ++r) {
+            const uint32_t w = word(c, r), prev = word(c, r - 1);
+            if (!valid(w) || !valid(prev) || !(w >> 31) || entry(w) > entry(prev)) continue;
+            Problem q = p;
+            const uint32_t t = (w >> 9) & 0xFF, lane = w & 0xFF, pt = (prev >> 9) & 0xFF, pl = prev & 0xFF;
+            int64_t& id = (w >> 8 & 1u) ? q.q_idx[(c * C + t) * R + lane] : q.k_idx[(c * C + t) * W + lane];
+            id = (prev >> 8 & 1u) ? p.q_idx[(c * C + pt) * R + pl] : p.k_idx[(c * C + pt) * W + pl];
+            const Result refused_order = backward(q, call);
+            expect_refused(refused_order, SDM_P1_ERROR_INVALID_INPUT, at(c, r).c_str());
+            CHECK_MSG(
+                has(refused_order.error,
+                    std::string("is out of the order of these ids (by slot, then entry, each entry after the previous "
+                                "word's): the payload is not the sort of chunk " +
+                                std::to_string(c))
+                        .c_str()),
+                refused_order.error.c_str());
+            Call trusted = call;
+            trusted.ids = false;
+            CHECK(backward(q, trusted).status == SDM_P1_SUCCESS);
+            found = true;
+        }
+    }
+    CHECK(found);
+    // Head bits against these ids: one added inside a group, one taken off a group start
+    // (chunk 1's first past position 0).
+    int inside = 1, start = 1;
+    while (!valid(word(1, inside)) || (word(1, inside) >> 31)) ++inside;
+    while (!(word(1, start) >> 31)) ++start;
+    std::vector<int32_t> bad = good;
+    bad[row + inside] = static_cast<int32_t>(word(1, inside) | 0x80000000u);
+    call.payload = bad.data();
+    Result r = backward(p, call);
+    expect_refused(r, SDM_P1_ERROR_INVALID_INPUT, at(1, inside).c_str());
+    CHECK_MSG(has(r.error, "has the group-head bit (31) but the same slot as the previous entry in these ids"),
+              r.error.c_str());
+    bad = good;
+    bad[row + start] = static_cast<int32_t>(word(1, start) & 0x7FFFFFFFu);
+    r = backward(p, call);
+    expect_refused(r, SDM_P1_ERROR_INVALID_INPUT, at(1, start).c_str());
+    CHECK_MSG(has(r.error, "lacks the group-head bit (31) but starts a slot in these ids"), r.error.c_str());
+    // Another problem's payload on the same shape: refused, nothing written.
+    const std::vector<int32_t> other = forward_payload(make_problem(false, 9u, 1));
+    call.payload = other.data();
+    expect_refused(backward(p, call), SDM_P1_ERROR_INVALID_INPUT, "the payload is not the sort of chunk ");
+    // A bad id with a payload: the forward's message (the ids are checked before the order).
+    Problem q = p;
+    q.q_idx[(4 * C + 1) * R + 2] = 5;   // chunk 4 is stream 1: [1000, 1007)
+    call.payload = good.data();
+    expect_refused(backward(q, call), SDM_P1_ERROR_INVALID_INPUT,
+                   "sdm_p1_execute_backward: q_idx[4, 1, 2] = 5 lies outside stream 1's slot range [1000, 1007)");
 }
 
 void test_zero_upstream_gives_positive_zero() {
@@ -524,6 +608,7 @@ int main() {
     RUN(test_zero_upstream_gives_positive_zero);
     RUN(test_padding_and_repeat_gates_exactly_zero);
     RUN(test_same_bits_threads_and_payload);
+    RUN(test_payload_of_other_ids_refused);
     RUN(test_hand_worked);
     return test_summary();
 }

@@ -1193,9 +1193,14 @@ GradResult replay_backward(const CudaBackward& gpu, const Graph& g, cudaStream_t
 // new input data too, and a bad gate's message.
 void test_backward_graph(Tally& t, const Options& o) {
     const CaseSpec a = backward_case("bwd-graph-a", o.seed, true), b = backward_case("bwd-graph-b", o.seed, true);
-    HostInputs bad_in = make_inputs(b);
+    // b's data with a's ids: the new input data of a graph that keeps a's payload (a payload
+    // is checked against the ids given with it).
+    HostInputs b_in = make_inputs(b);
+    b_in.k_ids = make_inputs(a).k_ids;
+    b_in.q_ids = make_inputs(a).q_ids;
+    HostInputs bad_in = b_in;
     bad_in.g[static_cast<size_t>(2 * b.C + 5)] = std::nanf("");
-    const Encoded ea = make_inputs(a).encode(), eb = make_inputs(b).encode(), ebad = bad_in.encode();
+    const Encoded ea = make_inputs(a).encode(), eb = b_in.encode(), ebad = bad_in.encode();
     const BackwardSpec spec_b;
     const std::vector<Bytes> up = make_upstream(a, spec_b);
     Stream stream;
@@ -1206,10 +1211,12 @@ void test_backward_graph(Tally& t, const Options& o) {
         std::vector<int32_t> payload_a;
         const GradResult cpu_a = run_cpu_backward(a, ea, bs, up, &payload_a);
         // The same upstream gradients for the second inputs; the payload is the first's when
-        // given (the graph keeps its pointer), so those inputs are sorted again on the CPU too.
+        // given (the graph keeps its pointer), on the CPU too. b's own ids with it: refused.
         const GradResult cpu_b = run_cpu_backward(b, eb, bs, up, nullptr, with_payload ? payload_a.data() : nullptr);
         const GradResult cpu_bad =
             run_cpu_backward(b, ebad, bs, up, nullptr, with_payload ? payload_a.data() : nullptr);
+        const Encoded eb_ids = make_inputs(b).encode();
+        const GradResult cpu_other_ids = run_cpu_backward(b, eb_ids, bs, up, nullptr, payload_a.data());
         DeviceInputs dev(ea);
         const CudaBackward gpu(a, up);
         const int32_t* payload = with_payload ? gpu.forward(dev, stream.s) : nullptr;
@@ -1239,6 +1246,18 @@ void test_backward_graph(Tally& t, const Options& o) {
             return r.error == cpu_bad.error ? std::string()
                                             : "message '" + r.error + "', the CPU's '" + cpu_bad.error + "'";
         });
+        if (with_payload) {
+            t.run("replay on other ids" + m, [&] {
+                dev.upload(eb_ids);
+                const GradResult r = replay_backward(gpu, g, stream.s);
+                if (cpu_other_ids.status != SDM_P1_ERROR_INVALID_INPUT) return "the CPU gave " + cpu_other_ids.error;
+                if (r.status != SDM_P1_ERROR_INVALID_INPUT)
+                    return std::string("execute_status: ") + sdm_p1_status_string(r.status);
+                return r.error == cpu_other_ids.error
+                           ? std::string()
+                           : "message '" + r.error + "', the CPU's '" + cpu_other_ids.error + "'";
+            });
+        }
         t.run("replay after bad data" + m, [&] {
             dev.upload(ea);
             return compare_grads(a, cpu_a, replay_backward(gpu, g, stream.s));
@@ -1277,9 +1296,9 @@ std::string check_bad_backward(const CaseSpec& s, const Encoded& e, const std::v
     return after.empty() ? "" : "the good backward after it: " + after;
 }
 
-// Bad payloads (each problem the check names; the words past C * (W + R) and bits 18-30 are
-// not read), bad ids (payload NULL) and gates (both), bad lengths: the CPU's messages from
-// sdm_p1_execute_status.
+// Bad payloads (each problem the check names, against the ids too; the words past C * (W + R)
+// and bits 18-30 are not read), bad ids and gates (payload given and NULL), bad lengths: the
+// CPU's messages from sdm_p1_execute_status.
 void test_backward_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
     CaseSpec s = spec("bwd-bad-data", 8, 16, 4, 3, 40).streams(2, 1000).valid(11).key_mode(Keys::Random);
     s.gate_kind(Gates::Mixed).gates_per_write();
@@ -1347,6 +1366,59 @@ void test_backward_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
         return compare_grads(s, cpu_good,
                              gpu.run(dev.view(true), static_cast<const int32_t*>(d.get()), kGradAll, stream));
     });
+    // The payload against the ids given with it (src/cpu/chunk_backward.cpp,
+    // check_payload_order): a head bit added inside a group and one taken off a group start
+    // (chunk 3's first of each past position 0); the ids changed at chunk 5's first group start
+    // whose entry index is below the previous word's, so it takes that word's slot (out of
+    // order there); another case's payload; the same payload without the ids (trusted: the
+    // lean and general backwards' path without the check).
+    const auto word = [&](int64_t c, int r) { return static_cast<uint32_t>(good[c * row + r]); };
+    const auto is_valid = [](uint32_t w) { return !(w >> 17 & 1u); };
+    t.run("payload: a head bit inside a group of these ids", [&] {
+        int r = 1;
+        while (!is_valid(word(3, r)) || (word(3, r) >> 31)) ++r;
+        std::vector<int32_t> p = good;
+        p[3 * row + r] = static_cast<int32_t>(word(3, r) | 0x80000000u);
+        return check_bad_backward(s, e, up, &p, gpu, cpu_good, good_payload, stream);
+    });
+    t.run("payload: no head bit where these ids start a slot", [&] {
+        int r = 1;
+        while (!(word(3, r) >> 31)) ++r;
+        std::vector<int32_t> p = good;
+        p[3 * row + r] = static_cast<int32_t>(word(3, r) & 0x7FFFFFFFu);
+        return check_bad_backward(s, e, up, &p, gpu, cpu_good, good_payload, stream);
+    });
+    t.run("payload: out of the order of other ids", [&] {
+        const int WR = static_cast<int>(s.W + s.R);
+        const auto entry = [&](uint32_t w) {
+            return static_cast<int>((w >> 9) & 0xFF) * WR + ((w >> 8 & 1u) ? s.W : 0) + (w & 0xFF);
+        };
+        const auto id = [&](HostInputs& in, uint32_t w) -> int64_t& {
+            const int64_t t = (w >> 9) & 0xFF, lane = w & 0xFF;
+            return (w >> 8 & 1u) ? in.q_ids[q_at(s, 5, t, lane)] : in.k_ids[k_at(s, 5, t, lane)];
+        };
+        for (int r = 1; r < n; ++r) {
+            const uint32_t w = word(5, r), prev = word(5, r - 1);
+            if (!is_valid(w) || !is_valid(prev) || !(w >> 31) || entry(w) > entry(prev)) continue;
+            HostInputs in = make_inputs(s);
+            id(in, w) = id(in, prev);
+            return check_bad_backward(s, in.encode(), up, &good, gpu, cpu_good, good_payload, stream);
+        }
+        return std::string("no group start below its previous entry in chunk 5");
+    });
+    t.run("payload: another case's payload", [&] {
+        CaseSpec other = s;
+        other.seed = mix_seed(o.seed, 82);
+        std::vector<int32_t> p;
+        run_cpu_backward(other, make_inputs(other).encode(), b, up, &p);
+        return check_bad_backward(s, e, up, &p, gpu, cpu_good, good_payload, stream);
+    });
+    t.run("payload without the ids: trusted", [&] {
+        sdm_p1_inputs in = dev.view(true);
+        in.k_idx = nullptr;
+        in.q_idx = nullptr;
+        return compare_grads(s, cpu_good, gpu.run(in, good_payload, kGradAll, stream));
+    });
     t.run("payload: a bad word and an earlier chunk's bad gate", [&] {
         std::vector<int32_t> p = good;
         p[5 * row + 3] = p[5 * row + 2];
@@ -1367,7 +1439,7 @@ void test_backward_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
             HostInputs in = make_inputs(s);
             bad.plant(s, in);
             const Encoded eb = in.encode();
-            // With a payload the ids are not read: only the gates can be bad.
+            // With a payload the ids given are checked as without one, and before its order.
             BackwardSpec probe;
             probe.payload = with_payload;
             const GradResult cpu = run_cpu_backward(s, eb, probe, up, nullptr, with_payload ? good.data() : nullptr);
@@ -1462,9 +1534,25 @@ void test_backward_arguments(Tally& t, const Options& o, cudaStream_t stream) {
             sdm_p1_execute_backward(gpu.plan().get(), &in, nullptr, gpu.grads(), SDM_P1_FIELD_COUNT, &out, stream),
             "inputs->k_idx is host memory");
     });
-    t.run("host k_idx is not read with a payload", [&] {
+    t.run("with a payload, one id alone is refused and host ids are checked", [&] {
         sdm_p1_inputs in = dev.view(true);
-        in.k_idx = e.k_idx.data();
+        in.q_idx = nullptr;
+        sdm_p1_input_grads out = SDM_P1_INPUT_GRADS_INITIALIZER;
+        std::string why = refused(
+            sdm_p1_execute_backward(gpu.plan().get(), &in, payload, gpu.grads(), SDM_P1_FIELD_COUNT, &out, stream),
+            "inputs->q_idx is NULL but inputs->k_idx is not");
+        in.q_idx = dev.view(true).q_idx;
+        in.k_idx = e.k_idx.data();   // host memory: read (checked against the payload), so refused
+        if (why.empty()) {
+            why = refused(
+                sdm_p1_execute_backward(gpu.plan().get(), &in, payload, gpu.grads(), SDM_P1_FIELD_COUNT, &out, stream),
+                "inputs->k_idx is host memory");
+        }
+        return why;
+    });
+    t.run("no ids with a payload: not read", [&] {
+        sdm_p1_inputs in = dev.view(true);
+        in.k_idx = nullptr;
         in.q_idx = nullptr;
         const GradResult cpu = run_cpu_backward(s, e, b, up);
         return compare_grads(s, cpu, gpu.run(in, payload, kGradAll, stream));

@@ -457,9 +457,12 @@ private:
         problem(refused_form(c_.inputs_form), "inputs->struct_size");
         problem(m == BackwardMisuse::InputsReserved, "inputs->reserved = 1 must be 0");
         const bool kspa = kspa_given(call);
+        // With a payload the ids are both given (and checked against it) or neither: one alone
+        // is refused as NULL ("inputs->q_idx is NULL but inputs->k_idx is not").
+        const bool ids = payload == nullptr || ids_given(c_);
         for (int i = 0; i < kInputs; ++i) {
-            const bool needed = i == kVal || i == qVal || i == gGate ||
-                                ((i == kIdx || i == qIdx) && payload == nullptr) || (i == bBeta && kspa);
+            const bool needed =
+                i == kVal || i == qVal || i == gGate || ((i == kIdx || i == qIdx) && ids) || (i == bBeta && kspa);
             if (!needed) continue;
             const bool null = (c_.null_inputs >> i & 1u) != 0 || (i == bBeta && m == BackwardMisuse::DropBeta);
             const std::string name = std::string("inputs->") + kInputNames[i];
@@ -486,8 +489,9 @@ private:
         }
         if (forward == SDM_P1_SUCCESS) {   // the data are good: the payload decides
             e.known = true;
-            e.message_part =
-                payload == nullptr ? "" : payload_violation(c_, payload, p.views[SDM_P1_FIELD_PAYLOAD].shape[1]);
+            e.message_part = payload == nullptr ? ""
+                                                : payload_violation(c_, payload, p.views[SDM_P1_FIELD_PAYLOAD].shape[1],
+                                                                    ids_given(c_));
             e.status = e.message_part.empty() ? SDM_P1_SUCCESS : SDM_P1_ERROR_INVALID_INPUT;
             if (!e.message_part.empty()) e.message_part = "sdm_p1_execute_backward: " + e.message_part + " = ";
         } else if (forward == SDM_P1_ERROR_INVALID_INPUT && payload == nullptr) {   // the same checks

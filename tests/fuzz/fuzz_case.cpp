@@ -111,6 +111,18 @@ void store_id(Case& c, int input, size_t i, int64_t id) {
     }
 }
 
+int64_t load_id(const Case& c, int input, size_t i) {
+    const uint8_t* p = c.arrays[input].data() + i * index_bytes(c.desc);
+    if (index_bytes(c.desc) == 8) {
+        int64_t id;
+        std::memcpy(&id, p, 8);
+        return id;
+    }
+    int32_t narrow;
+    std::memcpy(&narrow, p, 4);
+    return narrow;
+}
+
 void store_value(Case& c, int input, size_t i, float v, Rng* raw_bits) {
     uint8_t* p = c.arrays[input].data() + i * element_bytes(c, input);
     if (element_bytes(c, input) == 2) {
@@ -665,7 +677,7 @@ void corrupt_payload(const Case& c, const BackwardCall& call, int64_t row, std::
     w[p1] = static_cast<int32_t>(u);
 }
 
-std::string payload_violation(const Case& c, const int32_t* payload, int64_t row) {
+std::string payload_violation(const Case& c, const int32_t* payload, int64_t row, bool ids) {
     const sdm_p1_desc& d = c.desc;
     const int W = static_cast<int>(d.W), R = static_cast<int>(d.R), WR = W + R;
     const int64_t n = d.C * WR;
@@ -673,6 +685,11 @@ std::string payload_violation(const Case& c, const int32_t* payload, int64_t row
     for (int64_t chunk = 0; chunk < d.N; ++chunk) {
         const int64_t tv = valid_tokens(c, chunk);
         std::fill(seen.begin(), seen.end(), false);
+        // With the ids: each word's (slot, entry) above the previous word's (a padding entry's
+        // slot above every valid one's), and a valid entry's head bit exactly where the slot
+        // differs from the previous word's; after the rule below passes for the whole chunk.
+        std::string order;
+        int64_t slot_before = 0, entry_before = -1;
         for (int64_t r = 0; r < n; ++r) {
             const uint32_t w = static_cast<uint32_t>(payload[chunk * row + r]);
             const int t = word_token(w), lane = static_cast<int>(w & kLaneBits);
@@ -685,7 +702,23 @@ std::string payload_violation(const Case& c, const int32_t* payload, int64_t row
             bad = bad || (r == 0 && tv > 0 && (w & kHeadBit) == 0u);   // no group head first
             if (bad) return "payload[" + std::to_string(chunk) + ", " + std::to_string(r) + "]";
             seen[static_cast<size_t>(entry)] = true;
+            if (!ids || !order.empty()) continue;
+            int64_t slot = std::numeric_limits<int64_t>::max();
+            if (!padding) {
+                const int64_t tok = chunk * d.C + t;
+                const int64_t id = read ? load_id(c, qIdx, static_cast<size_t>(tok * R + lane))
+                                        : load_id(c, kIdx, static_cast<size_t>(tok * W + lane));
+                slot = id - (chunk % d.num_parallel) * d.stream_offset;   // in range: the forward passed
+            }
+            const bool after = r == 0 || slot > slot_before || (slot == slot_before && entry > entry_before);
+            const bool starts = r == 0 || slot != slot_before;
+            if (!after || (!padding && ((w & kHeadBit) != 0u) != starts)) {
+                order = "payload[" + std::to_string(chunk) + ", " + std::to_string(r) + "]";
+            }
+            slot_before = slot;
+            entry_before = entry;
         }
+        if (!order.empty()) return order;
     }
     return "";
 }
@@ -708,6 +741,11 @@ sdm_p1_inputs inputs_at(const Case& c, const uint8_t* const* bases) {
         in.stream_lengths_dtype = c.lengths_dtype;
     }
     return in;
+}
+
+bool ids_given(const Case& c) {
+    const auto present = [&](int i) { return !c.arrays[i].empty() && (c.null_inputs >> i & 1u) == 0; };
+    return present(kIdx) || present(qIdx);
 }
 
 sdm_p1_inputs host_inputs(const Case& c) {

@@ -173,7 +173,12 @@ void corrupt_payload(const Case& c, const BackwardCall& call, int64_t row, std::
 
 // The header's payload rule, checked independently of the library: the first word (in chunk
 // order, then position) that breaks it, as "payload[chunk, position]", or "" when none does.
-std::string payload_violation(const Case& c, const int32_t* payload, int64_t row);
+// ids: the ids are given with it (the case's, which the forward passed), so it must be their
+// sort too.
+std::string payload_violation(const Case& c, const int32_t* payload, int64_t row, bool ids);
+
+// Whether the case's inputs give k_idx or q_idx (a pointer that is not NULL).
+bool ids_given(const Case& c);
 
 // Decodes a case. Shapes are mostly small (and then runnable: each execute takes well under
 // a millisecond), sometimes edge values in and out of the limits (created, never executed).

@@ -125,6 +125,18 @@ def test_errors():
             plan.execute_backward(*_inputs(case), grads, beta=case["beta"], payload=payload)
         with pytest.raises(ValueError, match="payload must be"):
             plan.execute_backward(*_inputs(case), grads, beta=case["beta"], payload=payload[:, :8])
+        # A payload of other ids (issue 44): the forward's payload with each stream's slot
+        # order reversed in the ids is out of their order at the first slot change.
+        kw = case["kw"]
+        nk, base = kw["num_keys"], (np.arange(N) % kw["num_parallel"] * kw["stream_offset"])[:, None, None]
+
+        def reverse(ids):
+            return np.where((ids >= base) & (ids < base + nk), 2 * base + nk - 1 - ids, ids)
+
+        other = (reverse(case["k_idx"]), reverse(case["q_idx"])) + _inputs(case)[2:]
+        refused = r"is out of the order of these ids .* not the sort of chunk 0"
+        with pytest.raises(p1.InvalidInputError, match=refused):
+            plan.execute_backward(*other, grads, beta=case["beta"], payload=forward_payload(case))
         noncontiguous = {"q_w": np.zeros((N, C, 2 * R), np.float32)[:, :, ::2]}
         with pytest.raises(ValueError, match="not contiguous"):
             plan.execute_backward(*_inputs(case), noncontiguous)

@@ -1,6 +1,7 @@
-// Lean backward stage "front": the payload check and decode, the gates, the row's masks and
-// the hot groups' list. CPU twins: check_payload, load_gates and decode_payload
-// (src/cpu/chunk_backward.cpp, chunk_stages.h), scan_forward's write counts. The check only
+// Lean backward stage "front": the payload check and decode (against the ids, where given),
+// the gates, the row's masks and the hot groups' list. CPU twins: check_payload,
+// check_payload_order, load_gates and decode_payload (src/cpu/chunk_backward.cpp,
+// chunk_stages.h), scan_forward's write counts. The check only
 // finds whether the chunk's data has a problem (a payload word naming no entry, one named
 // twice, a padding bit that disagrees with the valid tokens, padding before a valid entry, no
 // head first; a bad gate): such a chunk, like one whose log-cumsums need the wide form, goes
@@ -65,6 +66,11 @@ __device__ __forceinline__ void prefetch_backward_chunk(const BackwardArgs& b, i
     prefetch_l2(static_cast<const char*>(b.k.k_val) + c * nk * value_size, nk * value_size);
     prefetch_l2(static_cast<const char*>(b.k.q_val) + c * nq * value_size, nq * value_size);
     prefetch_l2(b.k.g + c * s.C * s.gate_width, static_cast<size_t>(s.C) * s.gate_width * 4);
+    if (b.k.k_idx != nullptr) {   // the ids given: the payload's check reads them (check_order)
+        const size_t id_size = s.idx64 ? 8 : 4;
+        prefetch_l2(static_cast<const char*>(b.k.k_idx) + c * nk * id_size, nk * id_size);
+        prefetch_l2(static_cast<const char*>(b.k.q_idx) + c * nq * id_size, nq * id_size);
+    }
     prefetch_record_grads(up, c, nk, nq, std::make_index_sequence<kRecordGrads.count>());
 }
 
@@ -117,6 +123,67 @@ __device__ __forceinline__ void decode_payload(const KernelShape& s, const LbChu
             if (lane_id() == 0 && w0 + j < words) {
                 arr.heads[w0 + j] = heads;
                 arr.writes[w0 + j] = writes;
+            }
+        }
+    }
+    if (__any_sync(kFullWarp, bad) && lane_id() == 0) sh.bad = 1u;
+}
+
+// The sort key (slot << entry_bits | entry, canon/chunk_arrays.h) that the ids give the entry of
+// payload word w (whose check passed), or false where its id is bad.
+__device__ __forceinline__ bool word_key(const KernelArgs& a, const LbChunk& k, uint32_t w, uint64_t* key) {
+    const KernelShape& s = a.s;
+    const LbEntry x = entry_of_word(w);
+    const int e = x.t * (s.W + s.R) + (x.is_q ? s.W + x.lane : x.lane);
+    uint64_t slot = (uint64_t{1} << (a.key_bits - a.entry_bits)) - 1u;   // padding's
+    if (x.t < k.t_valid) {
+        const int64_t base = (k.c % s.P) * s.stream_offset, tok = k.c * s.C + x.t;
+        const int64_t id =
+            x.is_q ? load_id(a.q_idx, s.idx64, tok * s.R + x.lane) : load_id(a.k_idx, s.idx64, tok * s.W + x.lane);
+        if (id < base || id - base >= s.num_keys) return false;
+        slot = static_cast<uint64_t>(id - base);
+    }
+    *key = slot << a.entry_bits | static_cast<uint64_t>(e);
+    return true;
+}
+
+// With the ids given (after decode_payload passed the row): the row must be their sort, each
+// word's key above the previous word's and each valid entry's head bit exactly where its slot
+// changes (CPU twin: check_payload_order). A chunk that fails, or has a bad id, goes to the
+// general backward (sh.bad), which reports the CPU's first offender. A warp takes kBlocks
+// blocks of 32 positions at a time, their words and then their ids loaded together (the
+// loads' latency, not their bytes, is the check's cost: S1's backward went 1.04 -> 1.59 ms
+// with one position a thread at a time); the previous position's key comes from the lane
+// before, or from the block before for lane 0.
+__device__ __forceinline__ void check_order(const KernelArgs& a, const LbChunk& k, LbShared& sh) {
+    constexpr int kBlocks = 4;
+    bool bad = false;
+    for (int r0 = 32 * kBlocks * warp_id(); r0 < k.n; r0 += 32 * kBlocks * warp_count()) {
+        uint32_t w[kBlocks];
+        uint64_t key[kBlocks];
+#pragma unroll
+        for (int j = 0; j < kBlocks; ++j) {
+            const int r = r0 + 32 * j + lane_id();
+            w[j] = r < k.n ? k.row[r] : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < kBlocks; ++j) {
+            const int r = r0 + 32 * j + lane_id();
+            key[j] = ~uint64_t{0};   // past the row: above every key
+            if (r < k.n) bad |= !word_key(a, k, w[j], &key[j]);
+        }
+        uint64_t last = 0;   // the key at r0 - 1
+        if (lane_id() == 0 && r0 > 0) bad |= !word_key(a, k, k.row[r0 - 1], &last);
+#pragma unroll
+        for (int j = 0; j < kBlocks; ++j) {
+            const int r = r0 + 32 * j + lane_id();
+            uint64_t before = __shfl_up_sync(kFullWarp, key[j], 1);
+            const uint64_t block_last = __shfl_sync(kFullWarp, key[j], 31);
+            if (lane_id() == 0) before = last;
+            last = block_last;
+            if (r > 0 && r < k.n) {
+                const bool starts = (key[j] >> a.entry_bits) != (before >> a.entry_bits);
+                bad |= key[j] <= before || (r < k.nv && ((w[j] & kHead) != 0u) != starts);
             }
         }
     }

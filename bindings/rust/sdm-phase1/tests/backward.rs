@@ -688,9 +688,16 @@ fn bad_data_and_payloads_give_the_library_message() {
     bad_gate.g[10] = f32::INFINITY;
     let mut bad_payload = payload.clone();
     bad_payload[1] = bad_payload[0]; // chunk 0's row names its first entry twice
+
+    // Other ids (another seed's data) with this payload: not their sort.
+    let other = random_data(&Case {
+        seed: case.seed + 1,
+        ..case.clone()
+    });
     for (data, payload, what) in [
         (&bad_gate, None, "g[1, 2"),
         (&good, Some(&bad_payload[..]), "payload"),
+        (&other, Some(&payload[..]), "these ids"),
     ] {
         let run = Run {
             case: &case,

@@ -23,9 +23,9 @@ impl Plan {
     ///   not read otherwise.
     /// - `payload`: the forward's [`Field::Payload`] output for these inputs (`[N, row]` i32,
     ///   the sort), which spares sorting again, or `None`: the library sorts again from the
-    ///   ids. Both give the same bits. The library checks it (a row that is not a permutation
-    ///   of its chunk's entries is [`Status::InvalidInput`](crate::Status::InvalidInput)); beyond that it is trusted:
-    ///   another payload that passes gives unspecified gradients. The views of
+    ///   ids. Both give the same bits. The library checks it against the ids (a row that is
+    ///   not a permutation of its chunk's entries, or not the sort of these ids, as a payload
+    ///   from a forward on other ids, is [`Status::InvalidInput`](crate::Status::InvalidInput)). The views of
     ///   [`Plan::execute`] borrow the plan, so copy the payload out of them first (or take it
     ///   from [`OutputBuffers`](crate::OutputBuffers), which [`Plan::execute_into`] fills).
     /// - `grads`: the upstream gradients, each checked against
