@@ -294,6 +294,10 @@ ffi::Error backward(const Device& device, const BackwardAttrs& attrs, ffi::AnyBu
         return invalid("payload must be the forward's int32 [N, row] output, got ", dims_text(payload));
     sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
     set_inputs(k_idx, q_idx, k_val, q_val, g, &in);
+    // The payload is this rule's own forward's residual, beside the same ids: given without
+    // them, it is not checked against them again (sdm_p1_execute_backward).
+    in.k_idx = nullptr;
+    in.q_idx = nullptr;
     size_t next = 0;
     if (ffi::Error e = optional_inputs(rest, attrs.has_beta, attrs.has_lengths, desc, &in, &next); e.failure())
         return e;

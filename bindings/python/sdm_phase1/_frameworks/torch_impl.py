@@ -734,8 +734,11 @@ class _Phase1Function(torch.autograd.Function):
         lengths, code = (0, 0) if stream_lengths is None else lengths_arg(
             stream_lengths, data.device, data.options[0])
         outs = [k_val.new_empty(shape, dtype=dtype) for shape, dtype in plan.extra.specs]
+        # The payload and the ids were saved from one forward (autograd refuses them changed
+        # in place): the payload goes without the ids, not checked against them again.
+        ids = (0, 0) if payload is not None else (k_idx.data_ptr(), q_idx.data_ptr())
         plan.execute_backward_fields(
-            k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
+            ids[0], ids[1], k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
             0 if beta is None else beta.data_ptr(), lengths, code,
             0 if payload is None else payload.data_ptr(), fields, [u.data_ptr() for u in ups],
             [o.data_ptr() for o in outs])
