@@ -57,7 +57,9 @@ struct KernelShape {
 // that sdm_p1_execute_status names the call that ran last.
 // The spread path (kernels/spread/): spread_left counts the chunks that asked the main kernel
 // for a slot (the first SpreadLayout::capacity of them got one), spread_claimed the units the
-// spread kernel's warps have taken, both down from UINT64_MAX.
+// spread kernel's warps have taken, both down from UINT64_MAX; spread_parts is the complement
+// of the most parts a slot's units are split into (SpreadHeader::parts; UINT64_MAX: none
+// split), lowered by atomicMin.
 constexpr int kStatusCodeBits = 20;
 struct DeviceStatus {
     unsigned long long key;
@@ -68,6 +70,7 @@ struct DeviceStatus {
     unsigned long long backward;
     unsigned long long spread_left;
     unsigned long long spread_claimed;
+    unsigned long long spread_parts;
 };
 
 // Where one of the chunk's arrays lives: `bytes` at `offset` in the block's shared memory or

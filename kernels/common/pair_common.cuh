@@ -66,6 +66,13 @@ struct ChunkRuns {
     __device__ uint32_t first(uint32_t run) const { return start ? start[run] : run; }
 };
 
+// The cells [lo, hi) of a unit's row that one warp sums: the whole row, or in the spread
+// kernel one part of a split unit (kernels/spread/README.md).
+struct CellRange {
+    int lo, hi;
+    __device__ bool holds(int j) const { return j >= lo && j < hi; }
+};
+
 // A walker: its unit's row i and kind, sorted position, value, log, and the runs its terms
 // lie in, [lo, hi) (its own token's run excluded).
 struct Walker {

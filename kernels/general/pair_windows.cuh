@@ -8,12 +8,16 @@
 // first, to its cell of the unit's double row in shared memory. A walker's runs have
 // distinct cells, so the run-terms of one window that share a cell are of distinct walkers:
 // they go in list order, ranked by __match_any_sync, the others at once. The work is linear
-// in the terms: a window takes one step per walker it holds at most.
+// in the terms: a window takes one step per walker it holds at most. In the spread kernel
+// (Dense), 32 walkers whose terms reach every cell of the row (the worst chunks) go to
+// pair_dense.cuh instead, lanes by cell; and a unit may be summed in parts, a cell range a
+// warp, each part adding the terms of its cells only (SpreadHeader::parts).
 #ifndef SDM_P1_KERNELS_PAIR_WINDOWS_CUH
 #define SDM_P1_KERNELS_PAIR_WINDOWS_CUH
 
 #include "../common/pair_common.cuh"
 #include "../common/warp_scan.cuh"
+#include "pair_dense.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -33,13 +37,15 @@ __device__ __forceinline__ void add_run(const float* run_value, float v, const R
     row[t.cell] = sum;
 }
 
-// Unit (i, qk) by the calling warp, added to `row` (the unit's C cells). Repeats: the chunk
-// has writes repeating slots of their tokens (runs listed); without, each run is one write,
-// and the path is compiled for that.
-template <bool Repeats, class Arrays>
+// Unit (i, qk) by the calling warp, the terms of the cells in `part` added to `row` (the
+// unit's C cells). Repeats: the chunk has writes repeating slots of their tokens (runs
+// listed); without, each run is one write, and the path is compiled for that. Spread: the
+// spread kernel's, with the dense batches and the parts compiled in (the main kernel's warp
+// path, whose part is the whole row, went 1 % slower on S4 and S7 with the dense test).
+template <bool Repeats, bool Spread, class Arrays>
 __device__ __forceinline__ void warp_unit_windows(const KernelArgs& a, const Arrays& arr,
                                                   const ChunkRuns<typename Arrays::Count>& runs, int i, bool qk,
-                                                  double* row) {
+                                                  CellRange part, double* row) {
     const int lanes = qk ? a.s.R : a.s.W;
     const int lane = static_cast<int>(threadIdx.x & 31u);
     const uint32_t earlier = (1u << lane) - 1u;
@@ -54,6 +60,12 @@ __device__ __forceinline__ void warp_unit_windows(const KernelArgs& a, const Arr
             set_walker_runs(arr, runs, w);
             m = w.hi - w.lo;
         }
+        // 32 full walkers (or none with terms) reach every cell: lanes take cells instead.
+        if (Spread && __all_sync(kFullWarp, dense_walker(i, qk, m))) {
+            const uint32_t walkers = __ballot_sync(kFullWarp, m != 0u);
+            if (walkers != 0u) dense_batch<Repeats>(a, arr, runs, w, walkers, part, row);
+            continue;
+        }
         const uint32_t incl = warp_inclusive_sum(m, lane);   // my run-terms' place in the list
         const uint32_t total = __shfl_sync(kFullWarp, incl, 31);
         for (uint32_t w0 = 0; w0 < total; w0 += 32) {
@@ -67,7 +79,7 @@ __device__ __forceinline__ void warp_unit_windows(const KernelArgs& a, const Arr
             }
             const Walker o = shfl_walker(w, owner, wide);
             const uint32_t first = __shfl_sync(kFullWarp, incl - m, owner);
-            const bool has = t < total;
+            bool has = t < total;
             RunTerm rt{0u, 0u, 0, 0.0};
             WriteFacts f{0, 0.0f, Fix{0u, 0u}};   // of the run's first write
             if (has) {
@@ -76,7 +88,8 @@ __device__ __forceinline__ void warp_unit_windows(const KernelArgs& a, const Arr
                 rt.len = Repeats ? runs.first(run + 1u) - rt.j0 : 1u;
                 f = write_facts(a, arr, rt.j0);
                 rt.cell = f.cell;
-                rt.e = arr.log.exp_diff(o.lr, f.log);
+                if (Spread) has = part.holds(rt.cell);
+                if (has) rt.e = arr.log.exp_diff(o.lr, f.log);
             }
             const uint32_t key = has ? static_cast<uint32_t>(rt.cell) : 256u + static_cast<uint32_t>(lane);
             const uint32_t rank = __popc(__match_any_sync(kFullWarp, key) & earlier);

@@ -87,22 +87,25 @@ __device__ __forceinline__ ChunkRuns<typename Arrays::Count> list_writes(const K
     return ChunkRuns<Count>{run_value, run_id, run_start};
 }
 
-// Unit u of chunk c (row u / 2 of a, u even, or of qk) by the calling warp: its cells summed
-// in `row` (C doubles, zero before and after) and stored, the cells without terms as zeros.
-// The spread kernel (kernels/spread/) calls it too, on a slot's copy of the arrays.
-template <class Arrays>
+// Unit u of chunk c (row u / 2 of a, u even, or of qk) by the calling warp: the cells of
+// `part` summed in `row` (C doubles, zero before and after) and stored, the cells without
+// terms as zeros. The spread kernel (kernels/spread/) calls it too (Spread), on a slot's copy
+// of the arrays, a part of the row at a time where it splits the unit.
+template <bool Spread, class Arrays>
 __device__ __forceinline__ void warp_unit(const KernelArgs& a, int64_t c, const Arrays& arr,
-                                          const ChunkRuns<typename Arrays::Count>& runs, uint32_t u, double* row) {
+                                          const ChunkRuns<typename Arrays::Count>& runs, uint32_t u, CellRange part,
+                                          double* row) {
     const int C = a.s.C, lane = static_cast<int>(threadIdx.x & 31u);
     const int i = static_cast<int>(u >> 1);
     const bool qk = (u & 1u) != 0u;
     if (runs.id) {
-        warp_unit_windows<true>(a, arr, runs, i, qk, row);
+        warp_unit_windows<true, Spread>(a, arr, runs, i, qk, part, row);
     } else {
-        warp_unit_windows<false>(a, arr, runs, i, qk, row);
+        warp_unit_windows<false, Spread>(a, arr, runs, i, qk, part, row);
     }
     float* const out_row = (qk ? a.out.qk : a.out.a) + (c * C + i) * C;
-    for (int j = lane; j < C; j += 32) {
+    const int lo = Spread ? part.lo : 0, hi = Spread ? part.hi : C;   // the main kernel's: the row
+    for (int j = lo + lane; j < hi; j += 32) {
         const bool kept = qk ? j <= i : j < i;
         out_row[j] = kept ? to_f32(row[j]) : 0.0f;
         row[j] = 0.0;
@@ -129,7 +132,7 @@ __device__ __forceinline__ void warp_units(const KernelArgs& a, const Chunk& k, 
         if (lane == 0) u = atomicAdd(&next_unit, 1u);
         u = __shfl_sync(kFullWarp, u, 0);
         if (u >= units) break;
-        warp_unit(a, k.c, arr, runs, u, row);
+        warp_unit<false>(a, k.c, arr, runs, u, CellRange{0, C}, row);
     }
 }
 

@@ -7,6 +7,7 @@
 #define SDM_P1_KERNELS_SPREAD_SPREAD_EXPORT_CUH
 
 #include "../common/pair_common.cuh"
+#include "../general/pair_dense.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -49,7 +50,13 @@ __device__ __forceinline__ bool hand_over_chunk(const KernelArgs& a, const Chunk
     if (s >= static_cast<unsigned long long>(l.capacity)) return false;
     char* const to = a.spread_slots + s * l.slot_bytes;
     if (threadIdx.x == 0) {
-        *reinterpret_cast<SpreadHeader*>(to) = SpreadHeader{k.c, arr.log.shift, runs.id != nullptr ? 1u : 0u};
+        const uint64_t C = static_cast<uint64_t>(a.s.C);
+        const uint16_t parts = sh.pair_terms >= kSpreadSplitTermsPerCell * C * C
+                                   ? static_cast<uint16_t>((C + kDenseCells - 1) / kDenseCells)
+                                   : uint16_t{1};
+        *reinterpret_cast<SpreadHeader*>(to) =
+            SpreadHeader{k.c, arr.log.shift, static_cast<uint16_t>(runs.id != nullptr ? 1u : 0u), parts};
+        if (parts > 1u) atomicMin(&a.status->spread_parts, ~static_cast<unsigned long long>(parts));
     }
     // The arrays, 16 bytes a thread a step (each a multiple of 16 bytes).
     const struct {

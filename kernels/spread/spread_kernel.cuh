@@ -1,5 +1,5 @@
 // The spread kernel (kernels/spread/README.md): the pair sums of the chunks the main kernel
-// handed over, a unit a warp, over every SM. Each warp takes units from one counter, the
+// handed over, a unit (or a part of one) a warp, over every SM. Each warp takes units from one counter, the
 // heaviest rows first (a chunk's last tokens have the most earlier writes), and sums a unit
 // exactly as the main kernel's warp path would (warp_unit, stage_pairs.cuh) from the slot's
 // copy of the chunk's arrays, so every cell keeps its one writer and its canonical order:
@@ -70,7 +70,9 @@ __global__ void __launch_bounds__(kSpreadThreads) spread_kernel(const __grid_con
     const uint64_t asked = ~a.status->spread_left, capacity = static_cast<uint64_t>(a.spread.capacity);
     const uint64_t slots = asked < capacity ? asked : capacity;
     const uint32_t units = 2 * static_cast<uint32_t>(a.s.C);
-    const uint64_t items = slots * units;
+    const uint64_t most_parts = ~a.status->spread_parts;   // 0: no slot's units are split
+    const uint64_t parts = most_parts > 1u ? most_parts : 1u;
+    const uint64_t items = slots * units * parts;
     if (items == 0) return;
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31u);
     double* const row = reinterpret_cast<double*>(smem + warp * warp_room_bytes(a.s.C));
@@ -81,12 +83,18 @@ __global__ void __launch_bounds__(kSpreadThreads) spread_kernel(const __grid_con
         if (lane == 0) x = ~atomicAdd(&a.status->spread_claimed, ~0ull);   // minus one
         x = __shfl_sync(kFullWarp, x, 0);
         if (x >= items) break;
-        // Item x: slot x % slots, unit units - 1 - x / slots (the last rows first).
-        char* const slot = a.spread_slots + (x % slots) * a.spread.slot_bytes;
-        const uint32_t u = units - 1u - static_cast<uint32_t>(x / slots);
+        // Item x: part x % parts of unit y = x / parts: slot y % slots, unit units - 1 - y / slots
+        // (the last rows first). A slot whose units are whole takes part 0 only.
+        const uint64_t y = x / parts;
+        const int p = static_cast<int>(x % parts);
+        char* const slot = a.spread_slots + (y % slots) * a.spread.slot_bytes;
+        const uint32_t u = units - 1u - static_cast<uint32_t>(y / slots);
         const SpreadHeader h = *reinterpret_cast<const SpreadHeader*>(slot);
+        if (p >= h.parts) continue;
+        const CellRange part =
+            h.parts == 1u ? CellRange{0, a.s.C} : CellRange{p * kDenseCells, min(a.s.C, (p + 1) * kDenseCells)};
         const SlotArrays<Count> arr = bind_slot<Count>(a.spread, a.layout.stride, slot, h.shift);
-        warp_unit(a, h.chunk, arr, slot_runs<Count>(a, slot, h.runs != 0u), u, row);
+        warp_unit<true>(a, h.chunk, arr, slot_runs<Count>(a, slot, h.runs != 0u), u, part, row);
     }
 }
 

@@ -49,11 +49,20 @@ struct alignas(16) SpreadWrite {
     int32_t cell;
 };
 
+// A chunk whose pair terms reach this many a cell of a and qk (C * C cells: the worst chunks,
+// whose units reach every cell) has each unit split into parts of kDenseCells cells
+// (kernels/general/pair_dense.cuh), a warp a part, so its longest rows are no longer one
+// warp's work (every id on one slot at C = 256: a row's 65,536 terms a cell). S8's chunks
+// have 11.5 a cell, 26 at Zipf 1.5: they stay whole, as the windows path of a part reads
+// every run-term of its unit.
+constexpr uint64_t kSpreadSplitTermsPerCell = 64;
+
 // What a slot's first 16 bytes say about its chunk.
 struct SpreadHeader {
     int64_t chunk;
-    int32_t shift;   // the compact log-cumsums' shift (LogArray::shift)
-    uint32_t runs;   // 1: the runs were listed (writes repeat slots of their tokens)
+    int32_t shift;    // the compact log-cumsums' shift (LogArray::shift)
+    uint16_t runs;    // 1: the runs were listed (writes repeat slots of their tokens)
+    uint16_t parts;   // the parts each unit is split into (1: whole)
 };
 
 }   // namespace cuda

@@ -1054,7 +1054,18 @@ inline CaseList lean_backward_cases(const ListOptions& o) {
 // of more chunks than two a main block (it has no slots: every chunk summed in place, whatever
 // the threshold), S8's shape at reduced N (its chunks pass the default threshold), a chunk on
 // one slot with C = 256, reads on one slot after recent writes, and hot chunks with per-stream
-// lengths.
+// lengths. Then the warp path's dense batches (kernels/general/pair_dense.cuh: 32 walkers each
+// with a run of every earlier token): every id on one slot with W and R past a warp (a dense
+// batch of 32, then one of 4) and C past 64 (two passes of cells); every token writing every
+// slot of a small bank with reads on slot 0, gates by write (a cell's exp argument changes
+// from walker to walker); a bank of 30 slots for 24 writes a token (dense batches in the first
+// rows, windows after, in one unit's batches too); wide log-cumsums and non-finite values on
+// one slot. The first and the last two of those chunks reach the spread kernel's split
+// (kSpreadSplitTermsPerCell: (W + R) * W / 2 terms a cell on one slot), their units summed in
+// parts of 32 cells (C = 72: 32, 32, 8; C = 33: 32, 1); two more split: 16 slots of 64 writes
+// a token (runs of 4, most rows past the first few with a token missing from a walker's
+// range: windows, each part adding its own cells), and reads on slot 0 of 16 slots each
+// token writes once (no runs; 12 reads a write).
 inline CaseList spread_cases(const ListOptions& o) {
     const int64_t twice = (2 * o.sms + 8 + 127) / 128 * 128;   // N >= 2 * sms, in whole streams
     CaseList c = {
@@ -1078,6 +1089,28 @@ inline CaseList spread_cases(const ListOptions& o) {
             .read_mode(Reads::Recent)
             .gate_kind(Gates::Normal)
             .fields(SDM_P1_DET_ALL),
+        spec("dense-one-slot-C72-W36-R36", 3, 72, 36, 36, 1)
+            .key_mode(Keys::Random)
+            .gate_kind(Gates::Logsigmoid)
+            .bfloat16(),
+        spec("dense-every-slot-reads-slot0", 2, 48, 40, 40, 40)
+            .key_mode(Keys::Distinct)
+            .read_mode(Reads::Slot0)
+            .gates_per_write()
+            .gate_kind(Gates::Normal)
+            .value_kind(Values::Mixed),
+        spec("dense-then-windows-30-slots", 4, 64, 24, 24, 30).key_mode(Keys::Random).gate_kind(Gates::Logsigmoid),
+        spec("dense-wide-logs-one-slot", 2, 40, 33, 31, 1).key_mode(Keys::Random).gate_kind(Gates::Mixed),
+        spec("dense-nonfinite-one-slot", 2, 33, 32, 32, 1)
+            .key_mode(Keys::Random)
+            .value_kind(Values::NonFinite)
+            .gate_kind(Gates::Subnormal),
+        spec("split-windows-16-slots", 2, 64, 64, 64, 16).key_mode(Keys::Random).gate_kind(Gates::Logsigmoid),
+        spec("split-reads-slot0-distinct-writes", 2, 64, 16, 192, 16)
+            .key_mode(Keys::Distinct)
+            .read_mode(Reads::Slot0)
+            .gate_kind(Gates::Normal)
+            .value_kind(Values::Mixed),
     };
     Rng rng(mix_seed(o.seed, name_seed("spread-lengths")));
     CaseSpec hot = spec("one-slot-lengths", 12, 16, 32, 32, 1)
