@@ -105,7 +105,9 @@ int launch(const KernelPolicy& policy, const KernelArgs& args, void* stream) {
     // where it handed over none.
     e = launch_after_previous(forward_kernel(f.wide_log), f.wide_log, f.dependent_launch, args, st);
     if (e != cudaSuccess || !f.spread.launched()) return e;
-    return launch_after_previous(forward_kernel(f.spread), f.spread, f.dependent_launch, args, st);
+    e = launch_after_previous(forward_kernel(f.spread), f.spread, f.dependent_launch, args, st);
+    if (e != cudaSuccess) return e;
+    return launch_after_previous(forward_kernel(f.spread_split), f.spread_split, f.dependent_launch, args, st);
 }
 
 int launch_backward(const KernelPolicy& policy, const BackwardArgs& b, void* stream) {

@@ -306,7 +306,7 @@ struct ChunkShared {
     // The spread path's hand-over (kernels/spread/spread_export.cuh): the chunk's pair terms,
     // and the slot it took.
     unsigned long long pair_terms;
-    unsigned long long spread_slot;
+    long long spread_slot;
 };
 
 }   // namespace cuda

@@ -55,11 +55,11 @@ struct KernelShape {
 // smallest such chunk (that chunk's word and valid tokens in the backward's payload_value
 // array); `backward`, UINT64_MAX after a forward, 0 after a backward (its launch sets it), so
 // that sdm_p1_execute_status names the call that ran last.
-// The spread path (kernels/spread/): spread_left counts the chunks that asked the main kernel
-// for a slot (the first SpreadLayout::capacity of them got one), spread_claimed the units the
-// spread kernel's warps have taken, both down from UINT64_MAX; spread_parts is the complement
-// of the most parts a slot's units are split into (SpreadHeader::parts; UINT64_MAX: none
-// split), lowered by atomicMin.
+// The spread path (kernels/spread/): ~spread_taken is the slots the main kernel's chunks took,
+// whole chunks' in its low 32 bits (slots 0, 1, ... of the pool) and split ones' in its high
+// 32 (slots capacity - 1, capacity - 2, ...; SpreadLayout); spread_claimed and
+// spread_split_claimed count the items the two spread kernels' warps have taken, down from
+// UINT64_MAX.
 constexpr int kStatusCodeBits = 20;
 struct DeviceStatus {
     unsigned long long key;
@@ -68,9 +68,9 @@ struct DeviceStatus {
     unsigned long long general_left;
     unsigned long long payload_key;
     unsigned long long backward;
-    unsigned long long spread_left;
+    unsigned long long spread_taken;
     unsigned long long spread_claimed;
-    unsigned long long spread_parts;
+    unsigned long long spread_split_claimed;
 };
 
 // Where one of the chunk's arrays lives: `bytes` at `offset` in the block's shared memory or

@@ -262,9 +262,9 @@ int lean_stage(const DeviceFacts& d, KernelFacts& facts, ForwardKernels* f) {
 
 // ---- stage: spread ---------------------------------------------------------------------
 
-// The spread kernel's instantiation, by the chunk's count type.
-std::string spread_kernel(bool narrow_counts) {
-    return narrow_counts ? "spread_kernel<uint16_t>" : "spread_kernel<uint32_t>";
+// The spread kernel's instantiation, by the chunk's count type, for whole or split chunks.
+std::string spread_kernel(bool narrow_counts, bool split) {
+    return format("spread_kernel<%s, %s>", narrow_counts ? "uint16_t" : "uint32_t", boolean(split));
 }
 
 // The spread slots: a slot for every chunk, in plans of at most two chunks a general block
@@ -276,6 +276,7 @@ std::string spread_kernel(bool narrow_counts) {
 int spread_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts, ForwardKernels* f) {
     const KernelShape& s = f->shape;
     f->spread_layout = SpreadLayout{};
+    f->spread_split.why = "none: no spread slots";
     // Full-size blocks, rows not in sorted order: the general kernels compiled with the path.
     if (f->general.threads != kMaxThreads) {
         f->spread.why = "none: 256-thread general blocks (the hand-over is compiled into 512-thread ones)";
@@ -290,12 +291,14 @@ int spread_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts,
     const int main_grid = f->general.grid;
     const size_t budget = std::max(2 * p.output_bytes, kSpreadSlotsFloor);
     const int64_t by_bytes = static_cast<int64_t>(budget / l.slot_bytes);
-    l.capacity = s.N <= 2 * static_cast<int64_t>(main_grid) ? std::min<int64_t>(s.N, by_bytes) : 0;
-    const std::string kernel = spread_kernel(f->narrow_counts);
+    l.capacity = s.N <= 2 * static_cast<int64_t>(main_grid) ? std::min({s.N, by_bytes, p.spread_max_slots}) : 0;
+    const std::string kernel = spread_kernel(f->narrow_counts, false), split = spread_kernel(f->narrow_counts, true);
     l.smem_bytes = spread_smem_bytes(s.C);
     int e = facts.set_smem_limit(kernel, l.smem_bytes);
-    int per_sm = 0;
+    if (e == 0) e = facts.set_smem_limit(split, l.smem_bytes);
+    int per_sm = 0, split_per_sm = 0;
     if (e == 0) e = facts.blocks_per_sm(kernel, kSpreadThreads, l.smem_bytes, &per_sm);
+    if (e == 0) e = facts.blocks_per_sm(split, kSpreadThreads, l.smem_bytes, &split_per_sm);
     if (e != 0) return e;
     l.grid = d.sms * std::max(per_sm, 1);
     if (l.capacity < 1) {   // no slot: the general kernel sums every chunk
@@ -325,6 +328,13 @@ int spread_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts,
         "of chunks of %llu terms or more handed over",
         static_cast<long long>(s.N), main_grid, static_cast<long long>(l.capacity), l.slot_bytes, budget,
         static_cast<unsigned long long>(l.min_terms));
+    // Its blocks return at once where no slot was split.
+    f->spread_split.kernel = split;
+    f->spread_split.grid = d.sms * std::max(split_per_sm, 1);
+    f->spread_split.threads = kSpreadThreads;
+    f->spread_split.smem_bytes = l.smem_bytes;
+    f->spread_split.why = format("the slots of chunks of %llu terms a cell or more (C x C cells), their units split",
+                                 static_cast<unsigned long long>(kSpreadSplitTermsPerCell));
     f->general.kernel = handing_over;
     f->general.why += "; compiled with the hand-over to the spread kernel";
     return 0;

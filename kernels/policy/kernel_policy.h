@@ -27,6 +27,8 @@ struct PlanRequest {
     bool backward;               // the plan runs sdm_p1_execute_backward too
     uint64_t spread_min_terms;   // a chunk's pair terms from which it is handed to the spread
                                  // kernel (kSpreadMinTerms, or SDMP1_SPREAD_TERMS's)
+    int64_t spread_max_slots;    // at most this many spread slots (INT64_MAX, or
+                                 // SDMP1_SPREAD_SLOTS's: tests run out of slots with it)
 };
 
 // What the policy reads of the device.
@@ -78,11 +80,12 @@ struct KernelChoice {
 
 // An execute's kernels, in launch order: the lean kernel (where the plan has one), the
 // general kernel (every chunk, or the chunks the lean kernel leaves), the wide-log kernel (the
-// chunks the general kernel lists), the spread kernel (where the plan has slots); each a
+// chunks the general kernel lists), the spread kernel on whole chunks then on split ones
+// (where the plan has slots); each a
 // programmatic dependent of the one before where the device has them.
 struct ForwardKernels {
     KernelShape shape;   // the plan's, with the forms chosen
-    KernelChoice lean, general, wide_log, spread;
+    KernelChoice lean, general, wide_log, spread, spread_split;
     bool narrow_counts;           // the chunk's counts and positions in 16 bits (n < 2^16)
     bool on_chip;                 // the general kernel's core arrays in shared memory
     bool dependent_launch;        // programmatic dependent launches (sm_90 on)

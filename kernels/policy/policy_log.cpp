@@ -52,6 +52,7 @@ std::string policy_log(const PlanRequest& plan, const KernelPolicy& policy) {
     append_stage(out, "general", f.general);
     append_stage(out, "wide-log", f.wide_log);
     append_stage(out, "spread", f.spread);
+    append_stage(out, "spread split", f.spread_split);
     if (!policy.backward) return out;
     const BackwardKernels& b = policy.backward_kernels;
     const LeanBackwardLayout& lb = b.lean_layout;

@@ -7,7 +7,6 @@
 #define SDM_P1_KERNELS_SPREAD_SPREAD_EXPORT_CUH
 
 #include "../common/pair_common.cuh"
-#include "../general/pair_dense.cuh"
 
 namespace sdm_p1 {
 namespace cuda {
@@ -32,6 +31,24 @@ __device__ __forceinline__ void count_pair_terms(const Chunk& k, const Arrays& a
     __syncthreads();
 }
 
+// A slot for a chunk, whole or split (SpreadLayout: whole chunks' from the pool's start,
+// split ones' from its end), or -1 where all `capacity` are taken. One atomic add takes it on
+// both counts at once (DeviceStatus::spread_taken: complements, so the add subtracts); a claim
+// that finds no room undoes its add, so that each count ends exactly the slots its kind took.
+// Claims fail only once `capacity` have succeeded (a pending undo only raises the sum), so
+// no two chunks get one slot. (A compare-and-swap loop cost S8 through the main kernel's
+// registers.)
+__device__ __forceinline__ int64_t take_slot(DeviceStatus* status, int64_t capacity, bool split) {
+    const unsigned long long step = split ? 1ull << 32 : 1ull;
+    const uint64_t taken = ~atomicAdd(&status->spread_taken, ~step + 1ull);   // the counts before this claim
+    const uint64_t whole = taken & 0xFFFFFFFFu, splits = taken >> 32;
+    if (whole + splits < static_cast<uint64_t>(capacity)) {
+        return split ? capacity - 1 - static_cast<int64_t>(splits) : static_cast<int64_t>(whole);
+    }
+    atomicAdd(&status->spread_taken, step);   // undone
+    return -1;
+}
+
 // Hands chunk k's units to the spread kernel where its terms reach the plan's threshold and a
 // slot is free (every thread calls it; true: handed over, the block writes no pair sum).
 // Compiled only into the main kernels of plans with slots (the group spread of
@@ -44,19 +61,15 @@ __device__ __forceinline__ bool hand_over_chunk(const KernelArgs& a, const Chunk
     const SpreadLayout& l = a.spread;
     count_pair_terms(k, arr, sh);
     if (sh.pair_terms < l.min_terms) return false;
-    if (threadIdx.x == 0) sh.spread_slot = ~atomicAdd(&a.status->spread_left, ~0ull);   // minus one
+    const uint64_t C = static_cast<uint64_t>(a.s.C);
+    if (threadIdx.x == 0)
+        sh.spread_slot = take_slot(a.status, l.capacity, sh.pair_terms >= kSpreadSplitTermsPerCell * C * C);
     __syncthreads();
-    const unsigned long long s = sh.spread_slot;
-    if (s >= static_cast<unsigned long long>(l.capacity)) return false;
+    const int64_t s = sh.spread_slot;
+    if (s < 0) return false;
     char* const to = a.spread_slots + s * l.slot_bytes;
     if (threadIdx.x == 0) {
-        const uint64_t C = static_cast<uint64_t>(a.s.C);
-        const uint16_t parts = sh.pair_terms >= kSpreadSplitTermsPerCell * C * C
-                                   ? static_cast<uint16_t>((C + kDenseCells - 1) / kDenseCells)
-                                   : uint16_t{1};
-        *reinterpret_cast<SpreadHeader*>(to) =
-            SpreadHeader{k.c, arr.log.shift, static_cast<uint16_t>(runs.id != nullptr ? 1u : 0u), parts};
-        if (parts > 1u) atomicMin(&a.status->spread_parts, ~static_cast<unsigned long long>(parts));
+        *reinterpret_cast<SpreadHeader*>(to) = SpreadHeader{k.c, arr.log.shift, runs.id != nullptr ? 1u : 0u};
     }
     // The arrays, 16 bytes a thread a step (each a multiple of 16 bytes).
     const struct {

@@ -59,49 +59,52 @@ __device__ __forceinline__ ChunkRuns<Count> slot_runs(const KernelArgs& a, char*
     return ChunkRuns<Count>{value, id, id + nk};
 }
 
+static_assert(kDenseCells == kSpreadPartCells, "a part is one dense pass's cells");
+
 // Launched after the wide-log kernel (launch.h); kSpreadThreads threads, a warp's row each in
-// dynamic shared memory (SpreadLayout::smem_bytes).
-template <typename Count>
-__global__ void __launch_bounds__(kSpreadThreads) spread_kernel(const __grid_constant__ KernelArgs a) {
+// dynamic shared memory (SpreadLayout::smem_bytes). Two instantiations, launched one after the
+// other: Split false sums the whole chunks' units as the main kernel's warp path does; Split
+// true the split chunks' units by parts, with the dense batches (its blocks return at once
+// where no chunk was split). Apart, each keeps its resources: S8 went 5 % slower with both in
+// one kernel (64 registers with spills, or 80 and three blocks an SM). The block bounds hold
+// ptxas to four blocks an SM (64 registers, no spills; left to itself it chose 48 and spilled)
+// and three for the split kernel (80 registers; 64 with spills).
+template <typename Count, bool Split>
+__global__ void __launch_bounds__(kSpreadThreads, Split ? 3 : 4) spread_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");   // the kernels before it, ended
 #endif
-    const uint64_t asked = ~a.status->spread_left, capacity = static_cast<uint64_t>(a.spread.capacity);
-    const uint64_t slots = asked < capacity ? asked : capacity;
+    const uint64_t taken = ~a.status->spread_taken;
+    const uint64_t slots = Split ? taken >> 32 : taken & 0xFFFFFFFFu;
     const uint32_t units = 2 * static_cast<uint32_t>(a.s.C);
-    const uint64_t most_parts = ~a.status->spread_parts;   // 0: no slot's units are split
-    const uint64_t parts = most_parts > 1u ? most_parts : 1u;
+    const uint32_t parts = Split ? static_cast<uint32_t>((a.s.C + kSpreadPartCells - 1) / kSpreadPartCells) : 1u;
     const uint64_t items = slots * units * parts;
     if (items == 0) return;
+    unsigned long long* const claimed = Split ? &a.status->spread_split_claimed : &a.status->spread_claimed;
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31u);
     double* const row = reinterpret_cast<double*>(smem + warp * warp_room_bytes(a.s.C));
     for (int j = lane; j < a.s.C; j += 32) row[j] = 0.0;
     __syncwarp();
     for (;;) {
         unsigned long long x = 0;
-        if (lane == 0) x = ~atomicAdd(&a.status->spread_claimed, ~0ull);   // minus one
+        if (lane == 0) x = ~atomicAdd(claimed, ~0ull);   // minus one
         x = __shfl_sync(kFullWarp, x, 0);
         if (x >= items) break;
-        // Item x: part x % parts of unit y = x / parts: slot y % slots, unit units - 1 - y / slots
-        // (the last rows first). A slot whose units are whole takes part 0 only.
-        const uint64_t y = parts == 1u ? x : x / parts;   // no division where no unit is split
+        // Item x: part x % parts of unit y = x / parts, whose slot is the kernel's y % slots-th
+        // and whose row is units - 1 - y / slots (the last rows first).
+        const uint64_t y = Split ? x / parts : x;
         const int p = static_cast<int>(x - y * parts);
-        char* const slot = a.spread_slots + (y % slots) * a.spread.slot_bytes;
+        const uint64_t k = y % slots;
+        const uint64_t at = Split ? static_cast<uint64_t>(a.spread.capacity) - 1u - k : k;
+        char* const slot = a.spread_slots + at * a.spread.slot_bytes;
         const uint32_t u = units - 1u - static_cast<uint32_t>(y / slots);
         const SpreadHeader h = *reinterpret_cast<const SpreadHeader*>(slot);
-        if (p >= h.parts) continue;
         const SlotArrays<Count> arr = bind_slot<Count>(a.spread, a.layout.stride, slot, h.shift);
         const ChunkRuns<Count> runs = slot_runs<Count>(a, slot, h.runs != 0u);
-        // A split chunk's units by parts, with the dense batches; a whole one's as the main
-        // kernel's warp path sums them (S8 went 5 % slower through the dense test and the
-        // parts' filter).
-        if (h.parts > 1u) {
-            const CellRange part{p * kDenseCells, min(a.s.C, (p + 1) * kDenseCells)};
-            warp_unit<true>(a, h.chunk, arr, runs, u, part, row);
-        } else {
-            warp_unit<false>(a, h.chunk, arr, runs, u, CellRange{0, a.s.C}, row);
-        }
+        const CellRange part =
+            Split ? CellRange{p * kSpreadPartCells, min(a.s.C, (p + 1) * kSpreadPartCells)} : CellRange{0, a.s.C};
+        warp_unit<Split>(a, h.chunk, arr, runs, u, part, row);
     }
 }
 

@@ -24,7 +24,9 @@ constexpr size_t kSpreadSlotsFloor = size_t{64} << 20;
 
 // A slot holds one chunk's arrays as the main kernel left them after listing its write row
 // (stage "pair sums"), byte for byte, so the spread kernel's warps read them as the main
-// kernel's would. Offsets are from the slot's start; capacity == 0: the plan has no spread
+// kernel's would. Whole chunks take slots from the pool's start, split ones from its end
+// (DeviceStatus::spread_taken), so that each spread kernel finds its own slots without
+// reading theirs. Offsets are from the slot's start; capacity == 0: the plan has no spread
 // path.
 struct SpreadLayout {
     int64_t capacity;     // slots (chunks that may be handed over in one execute)
@@ -50,19 +52,18 @@ struct alignas(16) SpreadWrite {
 };
 
 // A chunk whose pair terms reach this many a cell of a and qk (C * C cells: the worst chunks,
-// whose units reach every cell) has each unit split into parts of kDenseCells cells
-// (kernels/general/pair_dense.cuh), a warp a part, so its longest rows are no longer one
-// warp's work (every id on one slot at C = 256: a row's 65,536 terms a cell). S8's chunks
-// have 11.5 a cell, 26 at Zipf 1.5: they stay whole, as the windows path of a part reads
-// every run-term of its unit.
+// whose units reach every cell) has each unit split into parts of kSpreadPartCells cells, a
+// warp a part, so its longest rows are no longer one warp's work (every id on one slot at
+// C = 256: a row's 65,536 terms a cell). S8's chunks have 11.5 a cell, 26 at Zipf 1.5: they
+// stay whole, as the windows path of a part reads every run-term of its unit.
 constexpr uint64_t kSpreadSplitTermsPerCell = 64;
+constexpr int kSpreadPartCells = 32;   // a part: the cells of one dense pass (pair_dense.cuh)
 
 // What a slot's first 16 bytes say about its chunk.
 struct SpreadHeader {
     int64_t chunk;
-    int32_t shift;    // the compact log-cumsums' shift (LogArray::shift)
-    uint16_t runs;    // 1: the runs were listed (writes repeat slots of their tokens)
-    uint16_t parts;   // the parts each unit is split into (1: whole)
+    int32_t shift;   // the compact log-cumsums' shift (LogArray::shift)
+    uint32_t runs;   // 1: the runs were listed (writes repeat slots of their tokens)
 };
 
 }   // namespace cuda

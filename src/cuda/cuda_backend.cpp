@@ -3,6 +3,8 @@
 #include <cuda.h>   // the driver's types and constants only: its functions come through the runtime
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -105,14 +107,15 @@ static_assert(kPayloadNoEntry == PayloadError::kNoEntry && kPayloadTwice == Payl
                   kPayloadOrder == PayloadError::kOrder && kPayloadGroupHead == PayloadError::kGroupHead,
               "the payload problems agree");
 
-// SDMP1_SPREAD_TERMS, where set to a number: the pair terms from which a chunk's pair sums
-// go to the spread kernel, in place of the plan's default (Backend::prepare).
-void spread_min_terms(uint64_t* min_terms) {
-    const char* const env = std::getenv("SDMP1_SPREAD_TERMS");
+// The number environment variable `name` is set to, where it is set to one, in place of
+// *value (Backend::prepare): SDMP1_SPREAD_TERMS, the pair terms from which a chunk's pair sums
+// go to the spread kernel; SDMP1_SPREAD_SLOTS, the most spread slots a plan may have.
+void spread_setting(const char* name, uint64_t* value) {
+    const char* const env = std::getenv(name);
     if (env == nullptr || *env == '\0') return;
     char* end = nullptr;
     const unsigned long long v = std::strtoull(env, &end, 10);
-    if (*end == '\0') *min_terms = v;
+    if (*end == '\0') *value = v;
 }
 
 // Whether SDMP1_LOG is set to anything but "0" (the plan lines below).
@@ -204,7 +207,10 @@ void Backend::prepare(const Options& o, size_t output_bytes) {
     plan.output_bytes = output_bytes;
     plan.backward = o.backward;
     plan.spread_min_terms = kSpreadMinTerms;
-    spread_min_terms(&plan.spread_min_terms);
+    spread_setting("SDMP1_SPREAD_TERMS", &plan.spread_min_terms);
+    uint64_t max_slots = INT64_MAX;
+    spread_setting("SDMP1_SPREAD_SLOTS", &max_slots);
+    plan.spread_max_slots = static_cast<int64_t>(std::min<uint64_t>(max_slots, INT64_MAX));
     bool in_backward = false;
     const int e = plan_kernels(plan, device_, &policy_, &in_backward);
     check(static_cast<cudaError_t>(e),

@@ -838,12 +838,17 @@ void run_comparison_families(Tally& t, const Options& o, cudaStream_t stream) {
 // hands every chunk on the pair sums' warp path to the spread kernel, so the skewed, lengths
 // and spread cases run it on every hot chunk; then the spread cases at the default threshold,
 // and a chunk of known terms at the threshold and one term below it (handed over, summed in
-// place). The bits must be the CPU backend's every time.
+// place). spread_few_slots caps the slots at 3 (SDMP1_SPREAD_SLOTS): whole and split chunks
+// race for them (whole ones from the pool's start, split ones from its end) and the rest sum
+// in place. The bits must be the CPU backend's every time.
 void run_spread_families(Tally& t, const Options& o, cudaStream_t stream) {
     setenv("SDMP1_SPREAD_TERMS", "0", 1);
     run_cases(t, "spread_skewed", skewed_cases(o), o, stream);
     run_cases(t, "spread_lengths", length_cases(o), o, stream);
     run_cases(t, "spread_all", spread_cases(o), o, stream);
+    setenv("SDMP1_SPREAD_SLOTS", "3", 1);
+    run_cases(t, "spread_few_slots", spread_cases(o), o, stream);
+    unsetenv("SDMP1_SPREAD_SLOTS");
     unsetenv("SDMP1_SPREAD_TERMS");
     run_cases(t, "spread", spread_cases(o), o, stream);
     if (!o.only.empty() && o.only != "spread_threshold") return;
@@ -923,8 +928,9 @@ void test_plan_log(Tally& t, const Options&) {
                  "libsdmp1:   sorting backward backward_kernel<true>: "});
     });
     t.run("S8: spread slots and the general kernel with the hand-over", [&] {
-        return has(l8, {"libsdmp1:   spread           spread_kernel<uint16_t>: N = 128 <= 2 x the general grid",
-                        ", false, false, true, true>: ", "compiled with the hand-over"});
+        return has(l8, {"libsdmp1:   spread           spread_kernel<uint16_t, false>: N = 128 <= 2 x the general grid",
+                        "libsdmp1:   spread split     spread_kernel<uint16_t, true>: ", ", false, false, true, true>: ",
+                        "compiled with the hand-over"});
     });
 }
 

@@ -31,7 +31,7 @@ public:
     static int registers(const std::string& k) {
         if (k.rfind("lean::", 0) == 0) return k.find(", 256>") != std::string::npos ? 80 : 64;
         if (k.rfind("lbwd::", 0) == 0) return k.find(", 256>") != std::string::npos ? 80 : 64;
-        if (k.rfind("spread_kernel", 0) == 0) return 60;
+        if (k.rfind("spread_kernel", 0) == 0) return k.find(", true>") != std::string::npos ? 80 : 60;
         return 128;   // the general kernel (one 512-thread block or two 256-thread ones an SM), the backward
     }
     static size_t static_smem(const std::string& k) { return k.rfind("phase1_kernel", 0) == 0 ? 2048 : 1024; }
@@ -96,6 +96,7 @@ PlanRequest request(const Shape& x) {
     p.output_bytes = static_cast<size_t>(x.N * (8LL * x.C * x.C + 32 * n));
     p.backward = x.backward;
     p.spread_min_terms = 65536;
+    p.spread_max_slots = INT64_MAX;
     return p;
 }
 
@@ -114,7 +115,8 @@ bool listed(const std::string& kernel) { return kernel_address(kernel) != nullpt
 
 // The stages of a policy (the backward's where the plan has one).
 std::vector<const KernelChoice*> stages(const KernelPolicy& k) {
-    std::vector<const KernelChoice*> v = {&k.forward.lean, &k.forward.general, &k.forward.wide_log, &k.forward.spread};
+    std::vector<const KernelChoice*> v = {&k.forward.lean, &k.forward.general, &k.forward.wide_log, &k.forward.spread,
+                                          &k.forward.spread_split};
     if (k.backward) {
         v.insert(v.end(), {&k.backward_kernels.lean, &k.backward_kernels.general, &k.backward_kernels.general_sort});
     }
@@ -180,21 +182,31 @@ void test_s8_gets_spread_slots() {
                                   ", false, false, true, true>");
     CHECK(f.wide_log.kernel == std::string("phase1_kernel<512, uint16_t, ") + (f.on_chip ? "true" : "false") +
                                    ", false, true, false, false>");
-    CHECK(f.spread.kernel == "spread_kernel<uint16_t>" && f.spread.threads == 256);
+    CHECK(f.spread.kernel == "spread_kernel<uint16_t, false>" && f.spread.threads == 256);
+    CHECK(f.spread_split.kernel == "spread_kernel<uint16_t, true>" && f.spread_split.threads == 256);
     const size_t budget = std::max<size_t>(2 * p.output_bytes, size_t{64} << 20);
     CHECK(f.spread_layout.capacity == std::min<int64_t>(128, budget / f.spread_layout.slot_bytes));
     CHECK(f.spread_layout.capacity > 0 && f.spread_layout.min_terms == 65536);
     CHECK(f.spread_layout.slot_bytes % 256 == 0);
     // A double row of C cells a warp; the limit set to that (not raised) before its occupancy.
-    CHECK(f.spread.smem_bytes == 8 * 128 * 8 && d.limit["spread_kernel<uint16_t>"] == f.spread.smem_bytes);
-    CHECK(f.spread.grid == 132 * 4);   // 60 registers: 4 blocks of 256 an SM
+    CHECK(f.spread.smem_bytes == 8 * 128 * 8 && d.limit["spread_kernel<uint16_t, false>"] == f.spread.smem_bytes);
+    CHECK(f.spread_split.smem_bytes == f.spread.smem_bytes &&
+          d.limit["spread_kernel<uint16_t, true>"] == f.spread.smem_bytes);
+    CHECK(f.spread.grid == 132 * 4);         // 60 registers: 4 blocks of 256 an SM
+    CHECK(f.spread_split.grid == 132 * 3);   // 80 registers: 3
     // S8's chunks (n = 16,384, num_keys >= 8 n) qualify for the lean kernel too: 1024-thread blocks.
     CHECK(!f.lean.launched() || f.lean.kernel == "lean::lean_kernel<int32_t, float, false, 1024>");
     check_listed(k);
     // With more chunks than twice the general grid, no slots (S4: handing over lost).
     const KernelPolicy many = choose(Shape{1024, 128, 64, 64, 262144});
     CHECK(!many.forward.spread.launched() && contains(many.forward.spread.why, "> 2 x the general grid"));
+    CHECK(!many.forward.spread_split.launched() && many.forward.spread_split.why == "none: no spread slots");
     CHECK(many.forward.general.kernel.find(", true>") == std::string::npos);   // no hand-over compiled in
+    // SDMP1_SPREAD_SLOTS's cap (tests run out of slots with it).
+    PlanRequest few = request(s8);
+    few.spread_max_slots = 3;
+    KernelPolicy capped{};
+    CHECK(choose_policy(few, kH100, d, &capped) == 0 && capped.forward.spread_layout.capacity == 3);
 }
 
 // Records or kspa with slots at least the entries: the rows in sorted order, the sorted-rows
@@ -219,7 +231,8 @@ void test_large_chunks_count_in_32_bits() {
     CHECK(!k.forward.narrow_counts && !k.forward.on_chip);
     CHECK(k.forward.general.kernel == "phase1_kernel<512, uint32_t, false, false, false, true, true>");
     CHECK(k.forward.wide_log.kernel == "phase1_kernel<512, uint32_t, false, false, true, false, false>");
-    CHECK(k.forward.spread.kernel == "spread_kernel<uint32_t>");
+    CHECK(k.forward.spread.kernel == "spread_kernel<uint32_t, false>");
+    CHECK(k.forward.spread_split.kernel == "spread_kernel<uint32_t, true>");
     CHECK(contains(k.forward.lean.why, "> 16384"));
     CHECK(contains(k.forward.general.why, "32-bit counts"));
     CHECK(k.forward.scratch_per_block > 0 && k.forward.scratch_per_block % 256 == 0);
@@ -321,7 +334,7 @@ void test_every_choice_is_listed() {
             CHECK_MSG(chosen.count(g.entries[i].name) == 1, g.entries[i].name);
         }
     }
-    CHECK(listed_count == 50);
+    CHECK(listed_count == 52);
 }
 
 // SDMP1_LOG's lines: the plan's launches as before, then each stage's instantiation and why.
@@ -344,8 +357,11 @@ void test_log_names_each_instantiation() {
     s8.backward = true;
     const std::string log8 = policy_log(request(s8), choose(s8));
     std::printf("%s", log8.c_str());
-    CHECK(
-        contains(log8, "libsdmp1:   spread           spread_kernel<uint16_t>: N = 128 <= 2 x the general grid (128)"));
+    CHECK(contains(
+        log8, "libsdmp1:   spread           spread_kernel<uint16_t, false>: N = 128 <= 2 x the general grid (128)"));
+    CHECK(contains(log8,
+                   "libsdmp1:   spread split     spread_kernel<uint16_t, true>: the slots of chunks of 64 terms a "
+                   "cell or more"));
     CHECK(contains(log8, ", spread (528 blocks, "));
     CHECK(contains(log8, "libsdmp1: backward "));
     CHECK(contains(log8, "libsdmp1:   sorting backward backward_kernel<true>: the payload NULL"));
