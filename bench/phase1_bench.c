@@ -2,7 +2,7 @@
  * command line.
  *
  *   phase1_bench [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep]
- *                [--varlen] [--backward] [--save-inputs DIR] [SHAPE ...]
+ *                [--varlen] [--fields MASK] [--backward] [--save-inputs DIR] [SHAPE ...]
  *   phase1_bench --help
  *   SHAPE: a named shape (below), or N,C,W,R,num_keys[,streams] (bf16 values, int32 ids,
  *   per-token gates, uniform ids; one stream unless given)
@@ -46,7 +46,9 @@
  * for the S1 shape, a line per N in 1024 .. 16384 shows the time and time per chunk (without
  * shapes given, or with --sweep). --varlen adds a row per shape ("varlen": default det_fields,
  * per-stream lengths with the odd streams at half their length, the even ones full) to compare
- * with its "default" row, the same batch padded to full length. In CUDA mode the library's
+ * with its "default" row, the same batch padded to full length. --fields MASK (up to 8 times)
+ * adds a row per shape with those det_fields (its label and JSON "det_fields" the mask, beta
+ * given where it has DET_KSPA): a trainer's sets are 296, 952 and 2872. In CUDA mode the library's
  * plan log is on (SDMP1_LOG=1 unless the environment sets it): each plan's creation prints on
  * stderr which kernel computes its chunks first (lean or general) and their launch shapes,
  * then each stage's kernel instantiation and why the kernel policy chose it.
@@ -65,7 +67,7 @@
  * model name from /proc/cpuinfo), "date_utc" (the run's start, ISO 8601), "copy_bytes",
  * "copy_median_ms" and "copy_GBps" (the copy measured in this run, read + write),
  * "cuda_driver" and "cuda_runtime" (CUDA only), then "shapes": one object a timed row,
- * {"shape", "det_fields" ("default" or "all"), "varlen", "N", "C", "W", "R", "num_keys",
+ * {"shape", "det_fields" ("default", "all" or a --fields mask), "varlen", "N", "C", "W", "R", "num_keys",
  * "streams", "value_dtype", "id_dtype", "gates" ("per_token" or "per_write"), "ids" ("uniform",
  * "zipf", "zipf_split" or "reads_on_slot_0"), "zipf_exponent" (null unless zipf or
  * zipf_split), "threads" (CPU only: the plan's), "repeats", "median_ms", "min_ms",
@@ -461,9 +463,9 @@ static void out_of_memory(void) {
 /* One timed configuration (a shape with one det_fields). */
 typedef struct Result {
     Shape shape;
-    int all_fields;
-    int varlen;  /* half the streams at half length (per-stream lengths) */
-    int threads; /* CPU: the plan's threads; CUDA: 0 */
+    int64_t det_fields; /* SDM_P1_UNSET (the default set), SDM_P1_DET_ALL or a --fields mask */
+    int varlen;         /* half the streams at half length (per-stream lengths) */
+    int threads;        /* CPU: the plan's threads; CUDA: 0 */
     double median_ms, min_ms, mean_ms;
     int repeats;
     double in_bytes, out_bytes, gbps, of_copy; /* gbps and of_copy at the median */
@@ -532,6 +534,15 @@ static void json_number(FILE* f, const char* sep, const char* name, double x, co
     else fputs("null", f);
 }
 
+/* A row's det_fields as the table and the JSON name it: "default", "all" or the mask. */
+static const char* fields_label(int64_t det) {
+    static char mask[24];
+    if (det == SDM_P1_UNSET) return "default";
+    if (det == SDM_P1_DET_ALL) return "all";
+    snprintf(mask, sizeof mask, "%lld", (long long)det);
+    return mask;
+}
+
 static void json_result(FILE* f, const Result* r, int last) {
     static const char* const kIdNames[] = {"uniform", "zipf", "reads_on_slot_0", "zipf_split"};
     const Shape* s = &r->shape;
@@ -541,7 +552,7 @@ static void json_result(FILE* f, const Result* r, int last) {
             ", \"det_fields\": \"%s\", \"varlen\": %s, \"N\": %lld, \"C\": %lld, \"W\": %lld, "
             "\"R\": %lld, \"num_keys\": %lld, \"streams\": %lld, \"value_dtype\": \"%s\", "
             "\"id_dtype\": \"%s\", \"gates\": \"%s\", \"ids\": \"%s\"",
-            r->all_fields ? "all" : "default", r->varlen ? "true" : "false", (long long)s->N, (long long)s->C,
+            fields_label(r->det_fields), r->varlen ? "true" : "false", (long long)s->N, (long long)s->C,
             (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P, s->bf16 ? "bf16" : "f32",
             s->idx64 ? "int64" : "int32", s->per_write ? "per_write" : "per_token", kIdNames[s->ids]);
     if (s->ids == kZipf || s->ids == kZipfSplit) json_number(f, ", ", "zipf_exponent", s->zipf, "%g");
@@ -806,9 +817,8 @@ static void free_device_inputs(DeviceInputs* d) {
 
 /* Times one plan: `reps` executes after 3 warm-ups, each between two events on `stream`;
  * `lengths`: device int32 per-stream lengths, or NULL. */
-static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const HostInputs* host, const void* lengths,
+static void time_plan(const Shape* s, int64_t det, const DeviceInputs* dev, const HostInputs* host, const void* lengths,
                       int reps, cudaStream_t stream, double copy_gbps, Result* r) {
-    const int64_t det = all ? SDM_P1_DET_ALL : SDM_P1_UNSET;
     sdm_p1_desc d = shape_desc(s, SDM_P1_BACKEND_CUDA, det, 0);
     sdm_p1_plan* plan = NULL;
     sdm_p1_inputs in = SDM_P1_INPUTS_INITIALIZER;
@@ -822,7 +832,7 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
     in.k_val = dev->k_val;
     in.q_val = dev->q_val;
     in.g = (const float*)dev->g;
-    in.beta = all ? (const float*)dev->beta : NULL;
+    in.beta = det != SDM_P1_UNSET && (det & SDM_P1_DET_KSPA) ? (const float*)dev->beta : NULL;
     in.stream_lengths = lengths;
     in.stream_lengths_dtype = SDM_P1_DTYPE_INT32;
     CUDA_OK(cudaEventCreate(&e0));
@@ -841,7 +851,7 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
     }
     memset(r, 0, sizeof *r);
     r->shape = *s;
-    r->all_fields = all;
+    r->det_fields = det;
     r->varlen = lengths != NULL;
     r->repeats = reps;
     r->median_ms = median_of(ms, reps);
@@ -860,13 +870,10 @@ static void time_plan(const Shape* s, int all, const DeviceInputs* dev, const Ho
 static void print_result(const Result* r) {
     const Shape* s = &r->shape;
     printf("%-6s %-7s %6lld %4lld %4lld %4lld %7lld %4lld %-4s %-3s %-5s %9.4f %9.4f %9.1f %9.1f %8.1f %7.3f %9.1f\n",
-           s->name,
-           r->all_fields ? "all"
-           : r->varlen   ? "varlen"
-                         : "default",
-           (long long)s->N, (long long)s->C, (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P,
-           s->bf16 ? "bf16" : "f32", s->idx64 ? "i64" : "i32", s->per_write ? "write" : "token", r->median_ms,
-           r->min_ms, r->in_bytes / 1e6, r->out_bytes / 1e6, r->gbps, r->of_copy, (double)r->workspace / 1e6);
+           s->name, r->varlen ? "varlen" : fields_label(r->det_fields), (long long)s->N, (long long)s->C,
+           (long long)s->W, (long long)s->R, (long long)s->num_keys, (long long)s->P, s->bf16 ? "bf16" : "f32",
+           s->idx64 ? "i64" : "i32", s->per_write ? "write" : "token", r->median_ms, r->min_ms, r->in_bytes / 1e6,
+           r->out_bytes / 1e6, r->gbps, r->of_copy, (double)r->workspace / 1e6);
 }
 
 static void print_table_header(void) {
@@ -875,13 +882,20 @@ static void print_table_header(void) {
            "of_copy", "work_MB");
 }
 
+/* The --fields masks, a row each after a shape's default and every-field rows. */
+typedef struct FieldSets {
+    int64_t masks[8];
+    int count;
+} FieldSets;
+
 /* Both det_fields settings of one shape, then (varlen) the default one with the odd streams
- * at half their length. */
-static void run_cuda_shape(const Shape* s, int reps, int varlen, cudaStream_t stream, double copy_gbps, Results* rs) {
+ * at half their length, then a row per --fields mask. */
+static void run_cuda_shape(const Shape* s, int reps, int varlen, const FieldSets* fields, cudaStream_t stream,
+                           double copy_gbps, Results* rs) {
     HostInputs host;
     DeviceInputs dev;
     void* lengths = NULL;
-    int all;
+    int all, k;
     if (make_inputs(s, &host) != 0) exit(1);
     dev = upload_inputs(&host);
     if (varlen) {
@@ -894,7 +908,15 @@ static void run_cuda_shape(const Shape* s, int reps, int varlen, cudaStream_t st
     }
     for (all = 0; all <= 1 + varlen; ++all) {
         Result r;
-        time_plan(s, all == 1, &dev, &host, all == 2 ? lengths : NULL, reps, stream, copy_gbps, &r);
+        time_plan(s, all == 1 ? SDM_P1_DET_ALL : SDM_P1_UNSET, &dev, &host, all == 2 ? lengths : NULL, reps, stream,
+                  copy_gbps, &r);
+        print_result(&r);
+        fflush(stdout);
+        push_result(rs, &r);
+    }
+    for (k = 0; k < fields->count; ++k) {
+        Result r;
+        time_plan(s, fields->masks[k], &dev, &host, NULL, reps, stream, copy_gbps, &r);
         print_result(&r);
         fflush(stdout);
         push_result(rs, &r);
@@ -922,7 +944,7 @@ static void run_sweep(int reps, cudaStream_t stream, double copy_gbps, Results* 
         Result r;
         double per_chunk;
         s.N = Ns[i];
-        time_plan(&s, 0, &dev, &host, NULL, reps, stream, copy_gbps, &r);
+        time_plan(&s, SDM_P1_UNSET, &dev, &host, NULL, reps, stream, copy_gbps, &r);
         r.in_bytes = r.in_bytes * (double)Ns[i] / (double)Ns[4]; /* the inputs of this N only */
         r.gbps = (r.in_bytes + r.out_bytes) / (r.median_ms * 1e-3) / 1e9;
         r.of_copy = r.gbps / copy_gbps;
@@ -937,7 +959,8 @@ static void run_sweep(int reps, cudaStream_t stream, double copy_gbps, Results* 
     free_inputs(&host);
 }
 
-static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int varlen, const char* json) {
+static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int varlen, const FieldSets* fields,
+                    const char* json) {
     struct cudaDeviceProp prop;
     cudaStream_t stream;
     RunInfo run;
@@ -957,7 +980,7 @@ static int run_cuda(const Shape* shapes, int count, int reps, int sweep, int var
            sdm_p1_version_string(), reps);
     printf("copy: 2 GiB device to device, median %.4f ms: %.1f GB/s (read + write)\n\n", run.copy_ms, run.copy_gbps);
     print_table_header();
-    for (i = 0; i < count; ++i) run_cuda_shape(&shapes[i], reps, varlen, stream, run.copy_gbps, &rs);
+    for (i = 0; i < count; ++i) run_cuda_shape(&shapes[i], reps, varlen, fields, stream, run.copy_gbps, &rs);
     if (sweep) run_sweep(reps, stream, run.copy_gbps, &sw);
     if (json != NULL) failed = write_json(json, &run, &rs, &sw);
     CUDA_OK(cudaStreamDestroy(stream));
@@ -1189,7 +1212,7 @@ static void print_usage(FILE* f, const char* argv0) {
     int k;
     fprintf(f,
             "usage: %s [--backend cpu|cuda] [--reps K] [--threads T] [--json PATH] [--sweep] [--varlen] "
-            "[--backward] [--save-inputs DIR] [SHAPE ...]\n       %s --help\nSHAPE: ",
+            "[--fields MASK] [--backward] [--save-inputs DIR] [SHAPE ...]\n       %s --help\nSHAPE: ",
             argv0, argv0);
     for (k = 0; k < kShapeCount; ++k) fprintf(f, "%s | ", kShapes[k].name);
     fputs("N,C,W,R,num_keys[,streams]\n", f);
@@ -1216,6 +1239,9 @@ static int help(const char* argv0) {
         "                      the copy bandwidth and repeats (bench/results/README.md)\n"
         "  --sweep             CUDA: also S1 at N = 1024 .. 16384\n"
         "  --varlen            CUDA: also a row per shape with the odd streams at half length\n"
+        "  --fields MASK       CUDA: also a row per shape with these det_fields (SDM_P1_DET_* bits,\n"
+        "                      decimal or 0x; beta given where the mask has DET_KSPA), up to 8 times;\n"
+        "                      a trainer's sets: 296, 952, 2872\n"
         "  --backward          CUDA: the backward instead: per shape, the forward's time, the\n"
         "                      backward's with the forward's payload and the ids (checked\n"
         "                      against it), with the payload alone and sorted again, their\n"
@@ -1242,6 +1268,7 @@ int main(int argc, char** argv) {
     Shape shapes[64];
     int count = 0, cuda = 0, reps = 0, threads = 0, sweep = 0, varlen = 0, backward = 0, i;
     const char *json = NULL, *save_dir = NULL;
+    FieldSets fields = {{0}, 0};
     for (i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             return help(argv[0]);
@@ -1261,6 +1288,15 @@ int main(int argc, char** argv) {
             sweep = 1;
         } else if (!strcmp(argv[i], "--varlen")) {
             varlen = 1;
+        } else if (!strcmp(argv[i], "--fields") && i + 1 < argc) {
+            char* end = NULL;
+            const long long mask = strtoll(argv[++i], &end, 0);
+            if (*end != '\0' || mask <= 0 || (mask & ~(long long)SDM_P1_DET_ALL) != 0 || fields.count == 8) {
+                fprintf(stderr, "%s: --fields takes a nonzero mask of SDM_P1_DET_* bits (within %d), at most 8 times\n",
+                        argv[0], SDM_P1_DET_ALL);
+                return 2;
+            }
+            fields.masks[fields.count++] = mask;
         } else if (!strcmp(argv[i], "--backward")) {
             backward = 1;
         } else if (count < 64 && parse_shape(argv[i], &shapes[count])) {
@@ -1279,14 +1315,14 @@ int main(int argc, char** argv) {
         }
         if (save_dir != NULL && save_all_inputs(shapes, count, save_dir) != 0) return 1;
         if (backward) return run_cuda_backward(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps);
-        return run_cuda(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps, sweep, varlen, json);
+        return run_cuda(shapes, count, reps == 0 ? 20 : reps < 3 ? 3 : reps, sweep, varlen, &fields, json);
 #else
         fprintf(stderr, "%s: built without the CUDA backend (no --backend cuda)\n", argv[0]);
         return 2;
 #endif
     }
-    if (sweep || varlen || backward) {
-        fprintf(stderr, "%s: --sweep, --varlen and --backward are for --backend cuda\n", argv[0]);
+    if (sweep || varlen || backward || fields.count > 0) {
+        fprintf(stderr, "%s: --sweep, --varlen, --fields and --backward are for --backend cuda\n", argv[0]);
         return 2;
     }
     if (count == 0) {
