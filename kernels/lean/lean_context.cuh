@@ -30,6 +30,7 @@ struct LeanShared {
     ChunkShared base;    // error_code, repeats, gate_lowest_bit, gate_bits
     int shift;           // the compact log form's shift (log_shift)
     uint32_t overflow;   // the chunk goes to the general kernel
+    uint32_t bad_ids;    // an id outside its stream's slots was loaded (record_bad_ids)
     uint32_t grouped;    // grouped entries listed
     uint32_t groups;     // groups of several entries listed
     uint32_t sized[3];   // buckets of two keys, of three, of more

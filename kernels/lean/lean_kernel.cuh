@@ -64,6 +64,13 @@ __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 
         load_keys<Id>(a, k, sh, keys);
         prefetch_chunk(a, c + gridDim.x);
         __syncthreads();
+        if (sh.bad_ids) {   // bad ids: recorded from memory, so the keys are not live here
+            record_bad_ids(a, k, sh);
+            __syncthreads();
+            report_chunk_error(a, k, sh.base);
+            __syncthreads();
+            continue;
+        }
         report_chunk_error(a, k, sh.base);
         const int shift = log_shift(sh.base.gate_lowest_bit, sh.base.gate_bits, s.C);
         if (sh.base.error_code != kNoError || shift < 0) {   // bad data, or the wide form

@@ -32,6 +32,7 @@ __device__ __forceinline__ void begin_chunk(const KernelArgs& a, const LeanArray
         sh.base.gate_lowest_bit = 128;
         sh.base.gate_bits = 0;
         sh.overflow = 0;
+        sh.bad_ids = 0;
         sh.grouped = 0;
         sh.groups = 0;
         sh.sized[0] = sh.sized[1] = sh.sized[2] = 0;
@@ -43,20 +44,43 @@ __device__ __forceinline__ void begin_chunk(const KernelArgs& a, const LeanArray
     for (int x = threadIdx.x; x <= 2 * a.s.C; x += blockDim.x) arr.units[x] = 0u;
 }
 
-// The keys with V lanes a load (Vec<Id, V>: 16 bytes, or one id).
+// After a chunk's load found a bad id (sh.bad_ids, read after a barrier): its ids checked
+// again, the block's threads striding over them, each bad one recorded as the general kernel
+// records it. Kept out of load_keys, which only raises the flag: its registers hold the keys.
+__device__ __forceinline__ void record_bad_ids(const KernelArgs& a, const Chunk& k, LeanShared& sh) {
+    const KernelShape& s = a.s;
+    const uint32_t code_stride = static_cast<uint32_t>(s.W + s.R + s.gate_width);
+    const int nk = k.t_valid * s.W, n = nk + k.t_valid * s.R;
+    for (int x = threadIdx.x; x < n; x += blockDim.x) {
+        const bool is_q = x >= nk;
+        const int i = is_q ? x - nk : x;   // the entry's index among its kind's
+        const int t = static_cast<int>(is_q ? a.div.R.div(i) : a.div.W.div(i));
+        const int column = is_q ? s.W + i - t * s.R : i - t * s.W;
+        const int64_t id =
+            is_q ? load_id(a.q_idx, s.idx64, k.c * s.C * s.R + i) : load_id(a.k_idx, s.idx64, k.c * s.C * s.W + i);
+        if (static_cast<uint64_t>(id) - static_cast<uint64_t>(k.id_base) >= static_cast<uint64_t>(s.num_keys)) {
+            atomicMin(&sh.base.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(column));
+        }
+    }
+}
+
+// The keys with V lanes a load (Vec<Id, V>: 16 bytes, or one id), in 32-bit arithmetic but
+// for the id's offset from its stream's base, which one unsigned compare checks at both ends
+// (below the base wraps past num_keys, as base + num_keys <= 2^63). A bad id only raises
+// sh.bad_ids (record_bad_ids records it): the atomic stays out of the unrolled loop.
 template <typename Id, int V>
 __device__ __forceinline__ void load_keys_v(const KernelArgs& a, const Chunk& k, LeanShared& sh, ThreadKeys& tk) {
     const KernelShape& s = a.s;
     const int W = s.W, WR = W + s.R;
     const int nk = s.C * W, nq = s.C * s.R;
     const int kvecs = nk / V, vecs = kvecs + nq / V;
-    const uint32_t code_stride = static_cast<uint32_t>(WR + s.gate_width);
     const auto* const kid = reinterpret_cast<const Vec<Id, V>*>(static_cast<const Id*>(a.k_idx) + k.c * nk);
     const auto* const qid = reinterpret_cast<const Vec<Id, V>*>(static_cast<const Id*>(a.q_idx) + k.c * nq);
+    const uint64_t num_keys = static_cast<uint64_t>(s.num_keys);
     constexpr int kLoads = kLeanKeysPerThread / V;
     // Four loads in flight a thread, each batch's issued before any of them is used.
     constexpr int kBatch = kLoads < 4 ? kLoads : 4;
-    tk.present = tk.valid = 0u;
+    uint32_t present = 0u, valid = 0u;
 #pragma unroll
     for (int l0 = 0; l0 < kLoads; l0 += kBatch) {
         Vec<Id, V> ids[kBatch];
@@ -80,21 +104,21 @@ __device__ __forceinline__ void load_keys_v(const KernelArgs& a, const Chunk& k,
                 const int e = t * WR + column[b] + v;
                 tk.key[x] = static_cast<uint32_t>(e);
                 if (t >= s.C) continue;
-                tk.present |= 1u << x;
+                present |= 1u << x;
                 if (t >= k.t_valid) continue;
-                tk.valid |= 1u << x;
-                const int64_t id = static_cast<int64_t>(ids[b].v[v]);
-                uint64_t slot = 0;   // a bad id is recorded and sorts as slot 0
-                if (id < k.id_base || id - k.id_base >= s.num_keys) {
-                    atomicMin(&sh.base.error_code,
-                              static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(column[b] + v));
+                valid |= 1u << x;
+                const uint64_t slot =
+                    static_cast<uint64_t>(static_cast<int64_t>(ids[b].v[v])) - static_cast<uint64_t>(k.id_base);
+                if (slot >= num_keys) {
+                    sh.bad_ids = 1u;   // recorded by record_bad_ids; sorts as slot 0
                 } else {
-                    slot = static_cast<uint64_t>(id - k.id_base);
+                    tk.key[x] = static_cast<uint32_t>(slot) << a.entry_bits | static_cast<uint32_t>(e);
                 }
-                tk.key[x] = static_cast<uint32_t>(slot << a.entry_bits) | static_cast<uint32_t>(e);
             }
         }
     }
+    tk.present = present;
+    tk.valid = valid;
 }
 
 template <typename Id>
