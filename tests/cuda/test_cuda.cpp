@@ -509,7 +509,16 @@ void test_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
     perwrite.seed = mix_seed(o.seed, 61);
     token.ids64().bfloat16();
     token.seed = mix_seed(o.seed, 62);
-    for (const CaseSpec& s : {perwrite, token}) {
+    // Lean plans (the default fields, num_keys >= 8 n): the lean kernel's own check of the ids
+    // (kernels/lean/lean_load.cuh), with vector loads (W = R = 4).
+    CaseSpec lean = spec("bad-data-lean", 8, 16, 4, 4, 4096).streams(2, 4096).valid(11).key_mode(Keys::Random);
+    lean.gate_kind(Gates::Mixed);
+    CaseSpec lean_perwrite = lean, lean_token = lean;
+    lean_perwrite.gates_per_write();
+    lean_perwrite.seed = mix_seed(o.seed, 63);
+    lean_token.ids64().bfloat16();
+    lean_token.seed = mix_seed(o.seed, 64);
+    for (const CaseSpec& s : {perwrite, token, lean_perwrite, lean_token}) {
         const Encoded e = make_inputs(s).encode();
         const RunResult cpu_good = run_cpu(s, e);
         const DeviceInputs good(e);
@@ -518,8 +527,9 @@ void test_bad_data(Tally& t, const Options& o, cudaStream_t stream) {
         t.check(std::string("a plan never executed: SUCCESS (") + (s.idx64 ? "int64" : "int32") + ")",
                 sdm_p1_execute_status(plan.get()) == SDM_P1_SUCCESS ? "" : sdm_p1_last_error());
         for (const BadData& bad : kBadData) {
-            const std::string what =
-                std::string(bad.name) + (s.per_write ? " (per-write gates, int32)" : " (per-token gates, int64, bf16)");
+            const std::string what = std::string(bad.name) +
+                                     (s.per_write ? " (per-write gates, int32" : " (per-token gates, int64, bf16") +
+                                     (s.det == SDM_P1_UNSET ? ", a lean plan)" : ")");
             t.run(what, [&] { return check_bad_data(s, bad, plan, scratch, good, cpu_good, stream); });
         }
     }
