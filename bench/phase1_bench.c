@@ -670,6 +670,7 @@ static int run_cpu_shape(const Shape* s, int reps, int threads, double copy_gbps
     }
     memset(r, 0, sizeof *r);
     r->shape = *s;
+    r->det_fields = SDM_P1_UNSET;
     r->repeats = reps;
     r->in_bytes = input_bytes(&hin, SDM_P1_UNSET);
     r->out_bytes = output_bytes(plan);
