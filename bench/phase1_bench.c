@@ -472,6 +472,12 @@ typedef struct Result {
     size_t workspace;
 } Result;
 
+/* The --fields masks, a row each after a shape's default and every-field rows. */
+typedef struct FieldSets {
+    int64_t masks[8];
+    int count;
+} FieldSets;
+
 typedef struct Results {
     Result* items;
     int count, cap;
@@ -882,12 +888,6 @@ static void print_table_header(void) {
            "C", "W", "R", "keys", "P", "vals", "ids", "gates", "median_ms", "min_ms", "in_MB", "out_MB", "GB/s",
            "of_copy", "work_MB");
 }
-
-/* The --fields masks, a row each after a shape's default and every-field rows. */
-typedef struct FieldSets {
-    int64_t masks[8];
-    int count;
-} FieldSets;
 
 /* Both det_fields settings of one shape, then (varlen) the default one with the odd streams
  * at half their length, then a row per --fields mask. */
