@@ -107,10 +107,13 @@ def _phase1_fake(k_idx, q_idx, k_val, q_val, g, beta, num_parallel, stream_offse
 #: :data:`GRAD_NAMES`, in that order (shapes and dtypes of docs/backward.md). Returns
 #: [dk_val, dq_val, dg], then dbeta where beta is given: k_val and q_val's in the value dtype.
 #: ``check``: as the forward's (GPU tensors: wait for the stream and raise a data error here).
+#: ``payload_trusted``: the payload comes from the forward of these very ids (the autograd
+#: formula's, saved with them), so it is not checked against them; else a payload that is not
+#: the sort of the ids is refused (a data error), at a cost (docs/backward.md).
 BACKWARD_SCHEMA = ("phase1_backward(Tensor k_idx, Tensor q_idx, Tensor k_val, Tensor q_val, "
                    "Tensor g, Tensor? beta, Tensor? payload, Tensor? stream_lengths, "
                    "Tensor?[] grads, int num_parallel, int stream_offset, int num_keys, "
-                   "int valid_last, bool check=False) -> Tensor[]")
+                   "int valid_last, bool check=False, bool payload_trusted=False) -> Tensor[]")
 #: The outputs that take an upstream gradient, in the order of the backward's ``grads``.
 GRAD_NAMES = tuple(DIFFERENTIABLE)
 #: The error of a second differentiation (docs/backward.md: "Once differentiable").
@@ -121,9 +124,10 @@ _LIBRARY.define(BACKWARD_SCHEMA)
 
 def _backward_implementation(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, grads,
                              num_parallel, stream_offset, num_keys, valid_last,
-                             check=False) -> List[torch.Tensor]:
+                             check=False, payload_trusted=False) -> List[torch.Tensor]:
     return torch_impl.run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
-                                    grads, num_parallel, stream_offset, num_keys, valid_last, check)
+                                    grads, num_parallel, stream_offset, num_keys, valid_last, check,
+                                    payload_trusted)
 
 
 _LIBRARY.impl("phase1_backward", _backward_implementation, "CUDA")
@@ -135,7 +139,8 @@ phase1_backward_op = torch.ops.sdm_phase1.phase1_backward.default
 
 @torch.library.register_fake("sdm_phase1::phase1_backward")
 def _phase1_backward_fake(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, grads,
-                          num_parallel, stream_offset, num_keys, valid_last, check=False):
+                          num_parallel, stream_offset, num_keys, valid_last, check=False,
+                          payload_trusted=False):
     torch_impl.check_one_device(dict({"q_idx": q_idx, "k_val": k_val, "q_val": q_val, "g": g,
                                       "beta": beta, "payload": payload,
                                       "stream_lengths": stream_lengths},
@@ -184,8 +189,9 @@ def _backward(ctx, grads):
     need = ctx.needs_input_grad
     if all(u is None for u in ups) or not any(need[2:6]):
         return (None,) * len(need)
+    # The payload and the ids were saved from one forward: not checked against each other.
     got = phase1_backward_op(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths, ups,
-                             *ctx.options, check=ctx.check)
+                             *ctx.options, check=ctx.check, payload_trusted=True)
     dk, dq, dg = got[0], got[1], got[2]
     dbeta = got[3] if beta is not None else None
     return ((None, None, dk if need[2] else None, dq if need[3] else None,

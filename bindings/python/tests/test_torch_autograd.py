@@ -189,6 +189,37 @@ def test_opcheck_backward_operator():
     assert [x.dtype for x in got] == [torch.bfloat16, torch.bfloat16, torch.float32, torch.float32]
 
 
+def test_backward_operator_checks_the_payload_against_its_ids():
+    """A payload that is not the sort of the ids given with it (the forward's, with each
+    stream's slot order reversed in the ids) is refused by the backward operator (issue 44);
+    with payload_trusted=True, as the autograd formula calls it, the ids are not read: the
+    gradients are those of the payload's own ids, bit for bit."""
+    case = get_case("bf16-g1-beta")
+    t = tensors(case, requires_grad=())
+    ups = torch_inputs(upstream(case, np.random.default_rng(2), fields=("a", "k_eff", "kspa")), "cpu")
+    ups = {n: torch.nan_to_num(u) for n, u in ups.items()}
+    payload = forward(t, case).payload.clone()
+    grads = [ups.get(n) for n in torch_ops.GRAD_NAMES]
+    o = options(case)
+    N = t["k_idx"].shape[0]
+    nk = o["num_keys"]
+    base = (torch.arange(N) % o["num_parallel"] * o["stream_offset"])[:, None, None]
+
+    def reverse(ids):
+        inside = (ids >= base) & (ids < base + nk)
+        return torch.where(inside, 2 * base + nk - 1 - ids, ids).to(ids.dtype)
+
+    rest = (t["k_val"], t["q_val"], t["g"], t["beta"], payload, None, grads, o["num_parallel"],
+            o["stream_offset"], o["num_keys"], o["valid_last"])
+    other = (reverse(t["k_idx"]), reverse(t["q_idx"])) + rest
+    with pytest.raises(p1.InvalidInputError, match="is out of the order of these ids"):
+        torch.ops.sdm_phase1.phase1_backward(*other)
+    trusted = torch.ops.sdm_phase1.phase1_backward(*other, payload_trusted=True)
+    own = torch.ops.sdm_phase1.phase1_backward(t["k_idx"], t["q_idx"], *rest)
+    assert len(trusted) == len(own) == 4
+    assert all(torch.equal(a, b) for a, b in zip(trusted, own))
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_torch_compile_forward_loss_backward(dynamic):
     """torch.compile(fullgraph=True, backend="aot_eager") of the forward and a sum-style loss

@@ -650,7 +650,8 @@ class _BackwardData:
 
 def run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
                  grads: List[Optional[torch.Tensor]], num_parallel: int, stream_offset: int,
-                 num_keys: int, valid_last: int, check: bool = False) -> List[torch.Tensor]:
+                 num_keys: int, valid_last: int, check: bool = False,
+                 payload_trusted: bool = False) -> List[torch.Tensor]:
     """``sdm_p1_execute_backward`` on the tensors' device, as :func:`_launch` runs the
     forward: CUDA tensors on the current stream of their GPU (device pointers, gradients
     from PyTorch's caching allocator, a cached CUDA plan made with backward = 1: no host
@@ -658,8 +659,10 @@ def run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
     Returns [dk_val, dq_val, dg] and dbeta where beta is given, each a tensor of its own,
     k_val's and q_val's in the value dtype. ``grads``: one upstream gradient or None per
     name of ``_core.backward.DIFFERENTIABLE``, in that order; ``payload``: the forward's (None:
-    sorted again from the ids). ``check``: as the forward's (a GPU's data errors otherwise
-    surface at the next :func:`sdm_phase1.synchronize`)."""
+    sorted again from the ids), checked against the ids unless ``payload_trusted`` (the
+    autograd formula's, whose payload and ids were saved from one forward: the ids are then
+    not given to the library with it). ``check``: as the forward's (a GPU's data errors
+    otherwise surface at the next :func:`sdm_phase1.synchronize`)."""
     plan, device, num_parallel, check = _call_plan(
         k_idx, q_idx, k_val, q_val, g, beta, None, num_parallel, stream_offset, num_keys,
         valid_last, True, 0, 0, check, stream_lengths, backward=True)
@@ -669,7 +672,8 @@ def run_backward(k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
     lengths = lengths_arg(stream_lengths, data.device, num_parallel)
     dev = data.device
     outs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in data.specs]
-    plan.execute_backward(k_idx.data_ptr(), q_idx.data_ptr(), k_val.data_ptr(),
+    ids = (0, 0) if payload_trusted and payload is not None else (k_idx.data_ptr(), q_idx.data_ptr())
+    plan.execute_backward(ids[0], ids[1], k_val.data_ptr(),
                           q_val.data_ptr(), g.data_ptr(), 0 if beta is None else beta.data_ptr(),
                           lengths[0], lengths[1], pay, ups, [o.data_ptr() for o in outs])
     if check:
