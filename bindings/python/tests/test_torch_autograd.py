@@ -173,8 +173,9 @@ def test_opcheck_forward_with_autograd(cid):
                                       "test_faketensor", "test_aot_dispatch_dynamic"))
 
 
-def test_opcheck_backward_operator():
-    """The backward operator on its own: schema, fake tensors, AOT dispatch."""
+def backward_operator_case():
+    """A case's tensors, options, and the backward operator's arguments after the ids: its
+    forward's payload and upstream gradients of a, k_eff and kspa."""
     case = get_case("bf16-g1-beta")
     t = tensors(case, requires_grad=())
     ups = torch_inputs(upstream(case, np.random.default_rng(2), fields=("a", "k_eff", "kspa")), "cpu")
@@ -182,8 +183,15 @@ def test_opcheck_backward_operator():
     payload = forward(t, case).payload.clone()
     grads = [ups.get(n) for n in torch_ops.GRAD_NAMES]
     o = options(case)
-    args = (t["k_idx"], t["q_idx"], t["k_val"], t["q_val"], t["g"], t["beta"], payload, None,
-            grads, o["num_parallel"], o["stream_offset"], o["num_keys"], o["valid_last"])
+    rest = (t["k_val"], t["q_val"], t["g"], t["beta"], payload, None, grads, o["num_parallel"],
+            o["stream_offset"], o["num_keys"], o["valid_last"])
+    return t, o, rest
+
+
+def test_opcheck_backward_operator():
+    """The backward operator on its own: schema, fake tensors, AOT dispatch."""
+    t, _, rest = backward_operator_case()
+    args = (t["k_idx"], t["q_idx"]) + rest
     torch.library.opcheck(torch.ops.sdm_phase1.phase1_backward.default, args)
     got = torch.ops.sdm_phase1.phase1_backward(*args)
     assert [x.dtype for x in got] == [torch.bfloat16, torch.bfloat16, torch.float32, torch.float32]
@@ -194,13 +202,7 @@ def test_backward_operator_checks_the_payload_against_its_ids():
     stream's slot order reversed in the ids) is refused by the backward operator (issue 44);
     with payload_trusted=True, as the autograd formula calls it, the ids are not read: the
     gradients are those of the payload's own ids, bit for bit."""
-    case = get_case("bf16-g1-beta")
-    t = tensors(case, requires_grad=())
-    ups = torch_inputs(upstream(case, np.random.default_rng(2), fields=("a", "k_eff", "kspa")), "cpu")
-    ups = {n: torch.nan_to_num(u) for n, u in ups.items()}
-    payload = forward(t, case).payload.clone()
-    grads = [ups.get(n) for n in torch_ops.GRAD_NAMES]
-    o = options(case)
+    t, o, rest = backward_operator_case()
     N = t["k_idx"].shape[0]
     nk = o["num_keys"]
     base = (torch.arange(N) % o["num_parallel"] * o["stream_offset"])[:, None, None]
@@ -209,8 +211,6 @@ def test_backward_operator_checks_the_payload_against_its_ids():
         inside = (ids >= base) & (ids < base + nk)
         return torch.where(inside, 2 * base + nk - 1 - ids, ids).to(ids.dtype)
 
-    rest = (t["k_val"], t["q_val"], t["g"], t["beta"], payload, None, grads, o["num_parallel"],
-            o["stream_offset"], o["num_keys"], o["valid_last"])
     other = (reverse(t["k_idx"]), reverse(t["q_idx"])) + rest
     with pytest.raises(p1.InvalidInputError, match="is out of the order of these ids"):
         torch.ops.sdm_phase1.phase1_backward(*other)
