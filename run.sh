@@ -152,8 +152,8 @@ build() {
 }
 
 # The release wheel as an index would serve it: `pip wheel .` for the release GPU
-# architectures (Meson's gpu_arch=release: sm_80, sm_90, sm_100 and PTX, 12-20 min on 2 cores;
-# SDMP1_GPU_ARCH overrides), made a manylinux wheel by auditwheel (the oldest manylinux_2_X tag
+# architectures (Meson's gpu_arch=release: sm_80, sm_90, sm_100 and PTX, about 8 min on 2
+# cores; SDMP1_GPU_ARCH overrides), made a manylinux wheel by auditwheel (the oldest manylinux_2_X tag
 # that its libraries' symbol versions allow, so this machine's C library and libstdc++ set it:
 # a manylinux image's older toolchain would give an older tag), then installed into a fresh
 # virtual environment from the wheel alone (its dependencies from PyPI) and timed to a first
@@ -180,8 +180,12 @@ release_wheel_job() {
         "$root/.venv/bin/auditwheel" show "$built" >&2
         exit 1
     fi
-    PATH="$root/.venv/bin:$PATH" "$root/.venv/bin/auditwheel" repair --plat "$plat" -w "$out/wheelhouse" "$built" 2>&1 |
-        grep -v '^INFO:' || true
+    if ! PATH="$root/.venv/bin:$PATH" "$root/.venv/bin/auditwheel" repair --plat "$plat" -w "$out/wheelhouse" \
+        "$built" >"$out/repair.log" 2>&1; then
+        cat "$out/repair.log" >&2
+        echo "run.sh: auditwheel repair failed (above)" >&2
+        exit 1
+    fi
     whl=$(ls "$out"/wheelhouse/*.whl)
     echo "manylinux wheel: $whl ($(du -k "$whl" | cut -f1) KiB)"
     step "the wheel installed into a fresh virtual environment, then examples/phase1_numpy.py"
