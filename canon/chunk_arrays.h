@@ -27,6 +27,11 @@ SDM_HD int sort_entry_bits(int n) {
     return b > 1 ? b : 1;
 }
 
+// Id `id`'s slot in the stream whose slot ids start at `base`, as unsigned: one of the
+// stream's slots exactly when below num_keys (an id below base wraps past num_keys, as every
+// plan has base + num_keys <= 2^63: src/options.cpp), so one compare checks both ends.
+SDM_HD uint64_t slot_of_id(int64_t id, int64_t base) { return static_cast<uint64_t>(id) - static_cast<uint64_t>(base); }
+
 // Significant bits of a sort key: the entry bits and the slot bits (slots run to num_keys - 1;
 // one bit less where num_keys is a power of two).
 SDM_HD int sort_key_bits(int n, int64_t num_keys) {

@@ -58,15 +58,14 @@ __device__ __forceinline__ void record_bad_ids(const KernelArgs& a, const Chunk&
         const int column = is_q ? s.W + i - t * s.R : i - t * s.W;
         const int64_t id =
             is_q ? load_id(a.q_idx, s.idx64, k.c * s.C * s.R + i) : load_id(a.k_idx, s.idx64, k.c * s.C * s.W + i);
-        if (static_cast<uint64_t>(id) - static_cast<uint64_t>(k.id_base) >= static_cast<uint64_t>(s.num_keys)) {
+        if (slot_of_id(id, k.id_base) >= static_cast<uint64_t>(s.num_keys)) {
             atomicMin(&sh.base.error_code, static_cast<uint32_t>(t) * code_stride + static_cast<uint32_t>(column));
         }
     }
 }
 
 // The keys with V lanes a load (Vec<Id, V>: 16 bytes, or one id), in 32-bit arithmetic but
-// for the id's offset from its stream's base, which one unsigned compare checks at both ends
-// (below the base wraps past num_keys, as base + num_keys <= 2^63). A bad id only raises
+// for the id's slot (slot_of_id: one unsigned compare checks it). A bad id only raises
 // sh.bad_ids (record_bad_ids records it): the atomic stays out of the unrolled loop.
 template <typename Id, int V>
 __device__ __forceinline__ void load_keys_v(const KernelArgs& a, const Chunk& k, LeanShared& sh, ThreadKeys& tk) {
@@ -107,8 +106,7 @@ __device__ __forceinline__ void load_keys_v(const KernelArgs& a, const Chunk& k,
                 present |= 1u << x;
                 if (t >= k.t_valid) continue;
                 valid |= 1u << x;
-                const uint64_t slot =
-                    static_cast<uint64_t>(static_cast<int64_t>(ids[b].v[v])) - static_cast<uint64_t>(k.id_base);
+                const uint64_t slot = slot_of_id(static_cast<int64_t>(ids[b].v[v]), k.id_base);
                 if (slot >= num_keys) {
                     sh.bad_ids = 1u;   // recorded by record_bad_ids; sorts as slot 0
                 } else {

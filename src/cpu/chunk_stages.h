@@ -125,10 +125,8 @@ inline InputError load_and_check(const Chunk& k, const InputRecord& in, const Ch
                 const int lane = is_q ? j - W : j;
                 const int64_t id =
                     is_q ? load_id(in.q_idx, o.idx64, tok * R + lane) : load_id(in.k_idx, o.idx64, tok * W + lane);
-                // id - id_base only once id >= id_base: it cannot overflow then.
-                if (id < k.id_base || id - k.id_base >= o.num_keys)
-                    return InputError{true, false, t, lane, is_q, id, 0.0f};
-                slot = static_cast<uint64_t>(id - k.id_base);
+                slot = slot_of_id(id, k.id_base);
+                if (slot >= static_cast<uint64_t>(o.num_keys)) return InputError{true, false, t, lane, is_q, id, 0.0f};
             }
             s.keys[e] = slot << k.entry_bits | static_cast<uint64_t>(e);
             s.value[e] = input_value(k, in, t, j >= W ? j - W : j, j >= W);

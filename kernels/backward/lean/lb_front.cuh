@@ -140,8 +140,8 @@ __device__ __forceinline__ bool word_key(const KernelArgs& a, const LbChunk& k, 
         const int64_t base = (k.c % s.P) * s.stream_offset, tok = k.c * s.C + x.t;
         const int64_t id =
             x.is_q ? load_id(a.q_idx, s.idx64, tok * s.R + x.lane) : load_id(a.k_idx, s.idx64, tok * s.W + x.lane);
-        if (id < base || id - base >= s.num_keys) return false;
-        slot = static_cast<uint64_t>(id - base);
+        slot = slot_of_id(id, base);
+        if (slot >= static_cast<uint64_t>(s.num_keys)) return false;
     }
     *key = slot << a.entry_bits | static_cast<uint64_t>(e);
     return true;
