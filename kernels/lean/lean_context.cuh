@@ -52,6 +52,8 @@ struct LeanArrays {
     float* rrex;
     float* rcpe;
     uint8_t* gterms;
+    float* rkrec;   // with the row records only
+    float* rkspa;
     uint2* glist;          // in rlog and rscaled's bytes, until stage "groups" ends
     uint32_t* gtotal_lo;   // in rrex's bytes, likewise
     uint32_t* gtotal_hi;   // in rcpe's bytes, likewise
@@ -59,6 +61,8 @@ struct LeanArrays {
     uint32_t* units;
     uint32_t* kmask;
     uint32_t* kpre;
+    uint32_t* fmask;   // with the tile or dc indices only
+    uint32_t* fpre;
     float* gate_f32;
     double* gate_exp;
     float* gate_cpe;
@@ -82,6 +86,8 @@ __device__ __forceinline__ LeanArrays bind_lean_arrays(char* smem, const LeanLay
     a.rrex = reinterpret_cast<float*>(smem + l.rrex);
     a.rcpe = reinterpret_cast<float*>(smem + l.rcpe);
     a.gterms = reinterpret_cast<uint8_t*>(smem + l.gterms);
+    a.rkrec = reinterpret_cast<float*>(smem + l.rkrec);
+    a.rkspa = reinterpret_cast<float*>(smem + l.rkspa);
     a.glist = reinterpret_cast<uint2*>(smem + l.rlog);
     a.gtotal_lo = reinterpret_cast<uint32_t*>(smem + l.rrex);
     a.gtotal_hi = reinterpret_cast<uint32_t*>(smem + l.rcpe);
@@ -89,6 +95,8 @@ __device__ __forceinline__ LeanArrays bind_lean_arrays(char* smem, const LeanLay
     a.units = reinterpret_cast<uint32_t*>(smem + l.units);
     a.kmask = reinterpret_cast<uint32_t*>(smem + l.kmask);
     a.kpre = reinterpret_cast<uint32_t*>(smem + l.kpre);
+    a.fmask = reinterpret_cast<uint32_t*>(smem + l.fmask);
+    a.fpre = reinterpret_cast<uint32_t*>(smem + l.fpre);
     a.gate_f32 = reinterpret_cast<float*>(smem + l.gate_f32);
     a.gate_exp = reinterpret_cast<double*>(smem + l.gate_exp);
     a.gate_cpe = reinterpret_cast<float*>(smem + l.gate_cpe);

@@ -11,6 +11,7 @@
 #include "lean_groups.cuh"
 #include "lean_load.cuh"
 #include "lean_pairs.cuh"
+#include "lean_records.cuh"
 #include "lean_rows.cuh"
 #include "lean_sort.cuh"
 #include "lean_writer.cuh"
@@ -93,16 +94,17 @@ __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 
         sum_groups<PerWrite>(a, k, arr, sh);
         __syncthreads();
         if (threadIdx.x < 32) place_units(a, arr, sh);
-        mark_writes(k, arr);
+        mark_writes(a, k, arr);
         __syncthreads();
         if (leave_chunk(a, c, sh, &left_in_row)) continue;   // grouped entries or pair terms past the room
         left_in_row = 0;
-        if (threadIdx.x < 32) count_writes(k, arr);
+        if (threadIdx.x < 32) count_writes(a, k, arr);
         grouped_records<Value>(a, k, arr, sh);
         __syncthreads();
         pair_cells(a, k, arr);
         write_rows(a, k, arr);
         write_entries<Value, PerWrite>(a, k, arr);
+        if (a.lean.row_fields) write_records<Id, Value, PerWrite>(a, k, arr);
         if (threadIdx.x == 0 && sh.base.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
                       static_cast<unsigned long long>(sh.base.repeats));

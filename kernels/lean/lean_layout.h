@@ -30,8 +30,12 @@ constexpr int kLeanMaxThreads = 1024;
 constexpr int kLeanSmallBlock = 256;
 constexpr int kLeanMinThreads = 64;
 // Bytes of shared memory per grouped entry: its compact log (8), five record words and its
-// pair-term count.
+// pair-term count; with the row records (krec or kspa requested), two words more.
 constexpr size_t kLeanGroupedBytes = 8 + 5 * 4 + 1;
+constexpr size_t kLeanRecordBytes = 2 * 4;
+
+// Shared memory per grouped entry of a layout with or without the row records.
+inline size_t lean_grouped_bytes(bool row_records) { return kLeanGroupedBytes + (row_records ? kLeanRecordBytes : 0); }
 
 // Byte offsets of the lean kernel's arrays in a block's dynamic shared memory, with the
 // plan's choices; threads == 0: the plan has no lean kernel. n = C * (W + R) entries,
@@ -42,6 +46,8 @@ struct LeanLayout {
     int grid;                 // blocks (persistent: each loops over chunks)
     int bucket_shift;         // a 32-bit sort key >> bucket_shift is its bucket
     uint32_t max_grouped;     // grouped entries a chunk at most (records' room)
+    bool row_fields;          // a row field beyond the spay rows requested (krec, kspa, qrec,
+                              // qrec8, the tile and dc indices): stage "records" runs
     uint32_t term_capacity;   // pair terms a chunk at most (they take the sort's room)
     // uint32[row] by sorted position: the sort keys, then the payload words
     uint32_t pay;
@@ -60,12 +66,18 @@ struct LeanLayout {
     // (uint2[max_grouped / 2]: first position | size << 16, first list index), and rrex and
     // rcpe each entry's group total (the int64 compact log of the group's last entry).
     uint32_t glog, rpos, rlog, rscaled, rrex, rcpe, gterms;
+    // by grouped-list index, with the row records only: float krec word 2 (k_val * exp(rex))
+    // and kspa of a write entry
+    uint32_t rkrec, rkspa;
     // uint32[C][words(W) + words(R)]: per token, its write and read lanes with pair terms
     uint32_t wmask;
     // uint32[2 C + 1]: pair terms a unit, then their offsets
     uint32_t units;
     // uint32[row / 32] each: the write entries among 32 sorted positions, and before them
     uint32_t kmask, kpre;
+    // uint32[row / 32] each: likewise the first valid write entries of groups (tile and dc
+    // indices only)
+    uint32_t fmask, fpre;
     // per-token gates: float[C] log (fix_to_f32), double[C] exp (exp_fix), float[C] cpe
     // (to_f32 of the exp) and Fix[C] the gate
     uint32_t gate_f32, gate_exp, gate_cpe, gate_fix;
@@ -79,9 +91,17 @@ inline int lean_threads(int n) {
     return t;
 }
 
+// What a plan's fields ask of the lean kernel's layout.
+struct LeanFields {
+    bool row_fields;     // stage "records" runs (LeanLayout::row_fields)
+    bool row_records;    // krec or kspa: the grouped entries keep their row records
+    bool group_firsts;   // tile or dc indices: the groups' first writes are counted
+};
+
 // The layout of a chunk of n = C (W + R) entries for blocks of `threads`, with room for
 // `max_grouped` grouped entries; gate tables where gates are per token.
-inline LeanLayout lean_layout(int C, int W, int R, bool per_token_gates, int threads, uint32_t max_grouped) {
+inline LeanLayout lean_layout(int C, int W, int R, bool per_token_gates, int threads, uint32_t max_grouped,
+                              const LeanFields& fields) {
     const size_t n = static_cast<size_t>(C) * (W + R);
     const size_t row = (n + 15) / 16 * 16;
     const size_t buckets = static_cast<size_t>(kLeanBucketsPerThread) * threads;
@@ -89,6 +109,7 @@ inline LeanLayout lean_layout(int C, int W, int R, bool per_token_gates, int thr
     LeanLayout l{};
     l.threads = threads;
     l.max_grouped = max_grouped;
+    l.row_fields = fields.row_fields;
     SmemOffsets at;
     l.pay = at.take(4 * row);
     l.info = at.take(2 * n);
@@ -107,10 +128,15 @@ inline LeanLayout lean_layout(int C, int W, int R, bool per_token_gates, int thr
     l.rrex = at.take(4 * static_cast<size_t>(max_grouped));
     l.rcpe = at.take(4 * static_cast<size_t>(max_grouped));
     l.gterms = at.take(static_cast<size_t>(max_grouped));
+    const size_t records = fields.row_records ? 4 * static_cast<size_t>(max_grouped) : 0;
+    l.rkrec = at.take(records);
+    l.rkspa = at.take(records);
     l.wmask = at.take(4 * mask_words);
     l.units = at.take(4 * (2 * static_cast<size_t>(C) + 1));
     l.kmask = at.take(4 * (row / 32 + 1));
     l.kpre = at.take(4 * (row / 32 + 1));
+    l.fmask = at.take(fields.group_firsts ? 4 * (row / 32 + 1) : 0);
+    l.fpre = at.take(fields.group_firsts ? 4 * (row / 32 + 1) : 0);
     l.gate_f32 = at.take(per_token_gates ? 4 * static_cast<size_t>(C) : 0);
     l.gate_exp = at.take(per_token_gates ? 8 * static_cast<size_t>(C) : 0);
     l.gate_cpe = at.take(per_token_gates ? 4 * static_cast<size_t>(C) : 0);
@@ -120,8 +146,8 @@ inline LeanLayout lean_layout(int C, int W, int R, bool per_token_gates, int thr
 }
 
 // Shared memory of the layout's arrays other than the grouped entries' records.
-inline size_t lean_fixed_bytes(int C, int W, int R, bool per_token_gates, int threads) {
-    return lean_layout(C, W, R, per_token_gates, threads, 0).smem_bytes;
+inline size_t lean_fixed_bytes(int C, int W, int R, bool per_token_gates, int threads, const LeanFields& fields) {
+    return lean_layout(C, W, R, per_token_gates, threads, 0, fields).smem_bytes;
 }
 
 }   // namespace cuda

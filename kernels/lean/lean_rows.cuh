@@ -2,7 +2,9 @@
 // "records", kernels/general/stage_records.cuh, and of the CPU's write_records in
 // src/cpu/chunk_stages.h): per 32 sorted positions the mask of the write
 // entries and the writes before them (the rank table, and each entry's index in its kind's
-// row), then the sorted payloads (16-byte stores), spay_k, spay_q and spay_rank.
+// row), likewise the groups' first writes where the tile or dc indices are requested (stage
+// "records" reads them), then the sorted payloads (16-byte stores), spay_k, spay_q and
+// spay_rank.
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_ROWS_CUH
 #define SDM_P1_KERNELS_LEAN_LEAN_ROWS_CUH
 
@@ -12,27 +14,60 @@ namespace sdm_p1 {
 namespace cuda {
 namespace lean {
 
-// The write-entry mask of each 32 sorted positions (a warp's ballot a block of 32).
-__device__ __forceinline__ void mark_writes(const Chunk& k, const LeanArrays& arr) {
+// Whether a plan's fields count the groups' first writes (the tile and dc indices; the
+// layout then has fmask and fpre).
+__device__ __forceinline__ bool counts_firsts(const OutputBuffers& out) {
+    return out.tiles_k != nullptr || out.dc_kpos != nullptr;
+}
+
+// Whether lean payload word p (its peer bits included) is the first valid write of its group.
+__device__ __forceinline__ bool first_write(uint32_t p) {
+    return (p & (kInvalid | kIsQ)) == 0u && (p >> kPayBeforeShift & kPayPeerMask) == 0u;
+}
+
+// The write-entry mask of each 32 sorted positions (a warp's ballot a block of 32), and where
+// the fields count groups, the mask of the groups' first writes.
+__device__ __forceinline__ void mark_writes(const KernelArgs& a, const Chunk& k, const LeanArrays& arr) {
     const int lane = static_cast<int>(threadIdx.x & 31u), warps = static_cast<int>(blockDim.x >> 5);
     const int blocks = (k.n + 31) / 32;
+    const bool firsts = counts_firsts(a.out);
     for (int b = static_cast<int>(threadIdx.x >> 5); b < blocks; b += warps) {
         const int r = 32 * b + lane;
-        const uint32_t mask = __ballot_sync(kFullWarp, r < k.n && !(arr.pay[r] & kIsQ));
+        const uint32_t p = r < k.n ? arr.pay[r] : kIsQ;
+        const uint32_t mask = __ballot_sync(kFullWarp, !(p & kIsQ));
         if (lane == 0) arr.kmask[b] = mask;
+        if (firsts) {
+            const uint32_t first = __ballot_sync(kFullWarp, first_write(p));
+            if (lane == 0) arr.fmask[b] = first;
+        }
     }
 }
 
-// The writes before each block of 32 positions (one warp).
-__device__ __forceinline__ void count_writes(const Chunk& k, const LeanArrays& arr) {
+// Marked positions before each block of 32 (one warp): mask words to their exclusive prefix
+// sums in pre; returns the total.
+__device__ __forceinline__ uint32_t count_marked(const uint32_t* mask, uint32_t* pre, int blocks) {
     const int lane = static_cast<int>(threadIdx.x & 31u);
-    const int blocks = (k.n + 31) / 32;
     uint32_t carry = 0;
     for (int b = 0; b < blocks; b += 32) {
-        const uint32_t x = b + lane < blocks ? __popc(arr.kmask[b + lane]) : 0u;
+        const uint32_t x = b + lane < blocks ? __popc(mask[b + lane]) : 0u;
         const uint32_t incl = warp_inclusive_sum(x, lane);
-        if (b + lane < blocks) arr.kpre[b + lane] = carry + incl - x;
+        if (b + lane < blocks) pre[b + lane] = carry + incl - x;
         carry += __shfl_sync(kFullWarp, incl, 31);
+    }
+    return carry;
+}
+
+// The writes before each block of 32 positions and, where the fields count groups, the
+// groups' first writes, whose total ends the tile and dc indices (one warp).
+__device__ __forceinline__ void count_writes(const KernelArgs& a, const Chunk& k, const LeanArrays& arr) {
+    const int blocks = (k.n + 31) / 32;
+    count_marked(arr.kmask, arr.kpre, blocks);
+    if (!counts_firsts(a.out)) return;
+    const uint32_t valid_groups = count_marked(arr.fmask, arr.fpre, blocks);
+    if ((threadIdx.x & 31u) == 0u) {
+        const KernelShape& s = a.s;
+        const ChunkFacts f{k.c, s.C, s.W, s.R, s.rec_tile, k.id_base, s.bf16, nullptr, a.div.tile};
+        write_chunk_tails(a.out, f, static_cast<int32_t>(valid_groups));
     }
 }
 

@@ -184,14 +184,13 @@ std::string lean_kernel(const KernelShape& s) {
                   boolean(s.gate_width != 1), small ? kLeanSmallBlock : kLeanMaxThreads);
 }
 
-// The lean kernel serves plans of the shipped fields or fewer whose slots outnumber a chunk's
-// entries eightfold (uniform ids then leave about a ninth of the entries in groups), with
-// chunks of up to 16 * kLeanMaxThreads entries and 32-bit sort keys whose bucket bits are slot
-// bits (so a slot's entries share a bucket). Other data (hot or skewed slots in such a plan)
-// is found per chunk and left to the general kernel. Empty: it serves the plan; else why not.
+// The lean kernel serves plans whose slots outnumber a chunk's entries eightfold (uniform ids
+// then leave about a ninth of the entries in groups), with chunks of up to 16 * kLeanMaxThreads
+// entries and 32-bit sort keys whose bucket bits are slot bits (so a slot's entries share a
+// bucket), whatever their fields. Other data (hot or skewed slots in such a plan) is found per
+// chunk and left to the general kernel. Empty: it serves the plan; else why not.
 std::string lean_refusal(const KernelShape& s) {
     const int64_t n = static_cast<int64_t>(s.C) * (s.W + s.R);
-    if (!s.shipped_fields) return "det_fields beyond the shipped set";
     if (n > static_cast<int64_t>(kLeanKeysPerThread) * kLeanMaxThreads) {
         return format("n = %lld entries a chunk > %d", static_cast<long long>(n), kLeanKeysPerThread * kLeanMaxThreads);
     }
@@ -208,9 +207,21 @@ std::string lean_refusal(const KernelShape& s) {
     return std::string();
 }
 
+// What the plan's det_fields ask of the lean layout: the row fields past the spay rows run
+// stage "records"; krec and kspa keep two record words a grouped entry; the tile and dc
+// indices count the groups' first writes.
+LeanFields lean_fields(int64_t det_fields) {
+    const auto has = [det_fields](int64_t bits) { return (det_fields & bits) != 0; };
+    LeanFields f{};
+    f.row_records = has(SDM_P1_DET_KREC | SDM_P1_DET_KSPA);
+    f.group_firsts = has(SDM_P1_DET_TILES | SDM_P1_DET_DC_GIDX);
+    f.row_fields = f.row_records || f.group_firsts || has(SDM_P1_DET_QREC | SDM_P1_DET_QREC8);
+    return f;
+}
+
 // The lean kernel's layout: the most blocks an SM whose shares of shared memory hold the
 // arrays and at least n / 8 grouped entries (n / 4 wanted).
-int lean_stage(const DeviceFacts& d, KernelFacts& facts, ForwardKernels* f) {
+int lean_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts, ForwardKernels* f) {
     const KernelShape& s = f->shape;
     f->lean_layout = LeanLayout{};
     const std::string refusal = lean_refusal(s);
@@ -224,16 +235,18 @@ int lean_stage(const DeviceFacts& d, KernelFacts& facts, ForwardKernels* f) {
     int e = facts.raise_smem_limit(kernel, &limits);
     if (e != 0) return e;
     const bool per_token = s.gate_width == 1;
-    const size_t fixed = lean_fixed_bytes(s.C, s.W, s.R, per_token, threads);
+    const LeanFields fields = lean_fields(p.det_fields);
+    const size_t fixed = lean_fixed_bytes(s.C, s.W, s.R, per_token, threads, fields);
     const uint32_t want = static_cast<uint32_t>(std::max(n / 4, 4)), least = static_cast<uint32_t>(std::max(n / 8, 1));
     for (int blocks = 4; blocks >= 1; --blocks) {
         const size_t room = limits.room(blocks);
         if (room <= fixed) continue;
-        const uint32_t grouped = static_cast<uint32_t>(std::min<size_t>(want, (room - fixed) / kLeanGroupedBytes));
+        const uint32_t grouped =
+            static_cast<uint32_t>(std::min<size_t>(want, (room - fixed) / lean_grouped_bytes(fields.row_records)));
         if (grouped < least) continue;
-        LeanLayout l = lean_layout(s.C, s.W, s.R, per_token, threads, grouped);
+        LeanLayout l = lean_layout(s.C, s.W, s.R, per_token, threads, grouped, fields);
         while (l.smem_bytes > room && l.max_grouped > least) {   // the records' alignment
-            l = lean_layout(s.C, s.W, s.R, per_token, threads, l.max_grouped - 4);
+            l = lean_layout(s.C, s.W, s.R, per_token, threads, l.max_grouped - 4, fields);
         }
         if (l.smem_bytes > room) continue;
         int resident = 0;
@@ -250,9 +263,10 @@ int lean_stage(const DeviceFacts& d, KernelFacts& facts, ForwardKernels* f) {
         f->lean.threads = l.threads;
         f->lean.smem_bytes = l.smem_bytes;
         f->lean.why = format(
-            "the shipped fields, n = %d <= %d, num_keys = %lld >= 8 n, %d-bit sort keys; %s an SM, room for %u "
+            "%s, n = %d <= %d, num_keys = %lld >= 8 n, %d-bit sort keys; %s an SM, room for %u "
             "grouped entries a chunk",
-            n, kLeanKeysPerThread * kLeanMaxThreads, static_cast<long long>(s.num_keys), entry_bits + slot_bits,
+            fields.row_fields ? "fields past the shipped set (stage records)" : "the shipped fields", n,
+            kLeanKeysPerThread * kLeanMaxThreads, static_cast<long long>(s.num_keys), entry_bits + slot_bits,
             count(blocks, "block").c_str(), l.max_grouped);
         return 0;
     }
@@ -480,7 +494,7 @@ int choose_policy(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts
     f.shape = with_forms(p);
     f.dependent_launch = d.cc_major >= 9;
     int e = general_stage(p, d, facts, &f);
-    if (e == 0) e = lean_stage(d, facts, &f);
+    if (e == 0) e = lean_stage(p, d, facts, &f);
     if (e == 0) e = spread_stage(p, d, facts, &f);
     if (e != 0) return e;
     f.general.why = (f.lean.launched() ? "the chunks the lean kernel leaves; " : "every chunk; ") + f.general.why;

@@ -981,6 +981,128 @@ inline CaseList lean_skewed_cases(const ListOptions& o) {
     return seeded(thin(c, o, 3), "lean_skewed", o);
 }
 
+// The lean kernel's stage "records" (kernels/lean/lean_records.cuh): the training field sets
+// (296, 952, 2872, kShippedWithRecords and every field) and each row field alone, on lone
+// entries (uniform ids as S1 and S6 draw them), on grouped ones (pairs, shared slots, token
+// repeats, a bucket at the limit, a chunk left to the general kernel beside lean ones), with
+// per-write gates and int64 ids, bfloat16, NaN and infinite values, subnormal gates, small
+// tiles (L 1, 5, 32: a tile at every K-row index, tiles that split groups), lanes that are not
+// a multiple of 4, no read groups, short last chunks and per-stream lengths.
+inline CaseList lean_record_cases(const ListOptions& o) {
+    const int64_t big = 1 << 17;
+    const int64_t all = SDM_P1_DET_ALL, t952 = 952, t2872 = 2872;
+    CaseList c;
+    for (int64_t det : {int64_t{296}, t952, t2872, kShippedWithRecords, all, int64_t{SDM_P1_DET_KREC},
+                        int64_t{SDM_P1_DET_KSPA}, int64_t{SDM_P1_DET_QREC}, int64_t{SDM_P1_DET_TILES},
+                        int64_t{SDM_P1_DET_DC_GIDX}, int64_t{SDM_P1_DET_QREC8}}) {
+        c.push_back(spec("S1-det" + std::to_string(det), 3, 64, 32, 32, 65536)
+                        .streams(2, 65536)
+                        .key_mode(Keys::Distinct)
+                        .hits(0.3)
+                        .gate_kind(Gates::Logsigmoid)
+                        .fields(det));
+    }
+    c.push_back(spec("S6-bf16-det2872", 2, 128, 64, 64, 262144)
+                    .streams(2, 262144)
+                    .bfloat16()
+                    .key_mode(Keys::Distinct)
+                    .hits(0.05)
+                    .gate_kind(Gates::Logsigmoid)
+                    .fields(t2872));
+    c.push_back(spec("S6-f32-write-i64-all", 2, 128, 64, 64, 262144)
+                    .ids64()
+                    .gates_per_write()
+                    .key_mode(Keys::Distinct)
+                    .hits(0.3)
+                    .gate_kind(Gates::Strong)
+                    .value_kind(Values::Mixed)
+                    .fields(all));
+    c.push_back(
+        spec("pairs-all", 3, 64, 32, 32, big).lean_chunks(Lean::Pairs, 256).gate_kind(Gates::Normal).fields(all));
+    c.push_back(spec("pairs-bf16-952", 3, 64, 32, 32, big)
+                    .lean_chunks(Lean::Pairs, 300)
+                    .gate_kind(Gates::Logsigmoid)
+                    .bfloat16()
+                    .fields(t952));
+    c.push_back(spec("shared-all", 3, 64, 32, 32, big)
+                    .lean_chunks(Lean::Shared, 3)
+                    .gate_kind(Gates::Normal)
+                    .value_kind(Values::Mixed)
+                    .fields(all));
+    c.push_back(spec("repeats-token-all", 4, 64, 32, 32, big)
+                    .lean_chunks(Lean::Repeats)
+                    .gate_kind(Gates::Logsigmoid)
+                    .fields(all));
+    c.push_back(spec("repeats-write-i64-all", 4, 64, 32, 32, big)
+                    .ids64()
+                    .gates_per_write()
+                    .lean_chunks(Lean::Repeats)
+                    .gate_kind(Gates::Signed)
+                    .fields(all));
+    c.push_back(spec("bucket-at-limit-2872", 4, 64, 32, 32, big)
+                    .lean_chunks(Lean::Crowd, 16)
+                    .gate_kind(Gates::Logsigmoid)
+                    .fields(t2872));
+    c.push_back(spec("lean-and-general-chunks-all", 6, 64, 32, 32, big)
+                    .streams(2, big)
+                    .lean_chunks(Lean::HotChunks)
+                    .gate_kind(Gates::Logsigmoid)
+                    .bfloat16()
+                    .fields(all));
+    c.push_back(spec("nonfinite-write-all", 4, 64, 32, 32, 65536)
+                    .gates_per_write()
+                    .key_mode(Keys::Distinct)
+                    .hits(0.2)
+                    .value_kind(Values::NonFinite)
+                    .gate_kind(Gates::Normal)
+                    .fields(all));
+    c.push_back(spec("subnormal-gates-952", 4, 64, 32, 32, 65536)
+                    .key_mode(Keys::Distinct)
+                    .hits(0.2)
+                    .value_kind(Values::Wide)
+                    .gate_kind(Gates::Subnormal)
+                    .fields(t952));
+    for (int64_t L : {int64_t{1}, int64_t{5}, int64_t{32}}) {
+        c.push_back(spec("tile-" + std::to_string(L), 3, 64, 32, 32, big)
+                        .lean_chunks(Lean::Pairs, 200)
+                        .gate_kind(Gates::Normal)
+                        .tile(L)
+                        .fields(all));
+    }
+    c.push_back(spec("scalar-lanes-C7-W3-R5-all", 6, 7, 3, 5, 4096)
+                    .streams(3, 4096)
+                    .valid(4)
+                    .key_mode(Keys::Distinct)
+                    .hits(0.3)
+                    .gate_kind(Gates::Mixed)
+                    .value_kind(Values::Mixed)
+                    .tile(3)
+                    .fields(all));
+    c.push_back(spec("no-read-groups-all", 4, 64, 32, 32, 65536)
+                    .key_mode(Keys::Distinct)
+                    .hits(0.3)
+                    .no_read_groups()
+                    .gate_kind(Gates::Normal)
+                    .fields(all));
+    c.push_back(spec("valid_last-17-2872", 4, 64, 32, 32, 65536)
+                    .streams(2, 65536)
+                    .valid(17)
+                    .key_mode(Keys::Distinct)
+                    .hits(0.3)
+                    .gate_kind(Gates::Normal)
+                    .fields(t2872));
+    Rng rng(mix_seed(o.seed, name_seed("lean-records-lengths")));
+    CaseSpec s = spec("lengths-all", 12, 64, 32, 32, 65536)
+                     .streams(4, 65536)
+                     .key_mode(Keys::Distinct)
+                     .hits(0.2)
+                     .gate_kind(Gates::Logsigmoid)
+                     .bfloat16()
+                     .fields(all);
+    c.push_back(s.stream_lengths(stream_lengths(Lengths::Mixed, s.P, s.steps(), s.C, rng), true));
+    return seeded(thin(c, o, 3), "lean_records", o);
+}
+
 // Chunks at the lean backward's limits (kernels/backward/lean/): a group of kSmallGroup = 32
 // entries (a lane each, in a warp batch) and of 33 (a hot group, a warp's), a hot group of
 // hot_max entries (max(64, 2 C) rounded up to 32: 64 at C = 16, 128 at C = 64) and of one more

@@ -842,6 +842,7 @@ void run_comparison_families(Tally& t, const Options& o, cudaStream_t stream) {
     run_cases(t, "lengths", length_cases(o), o, stream);
     run_cases(t, "lean", lean_cases(o), o, stream);
     run_cases(t, "lean_skewed", lean_skewed_cases(o), o, stream);
+    run_cases(t, "lean_records", lean_record_cases(o), o, stream);
 }
 
 // The spread path (kernels/spread/): SDMP1_SPREAD_TERMS, read at plan creation, set to 0

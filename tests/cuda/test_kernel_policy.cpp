@@ -163,7 +163,7 @@ void test_s4_runs_the_general_kernel() {
     const KernelPolicy all = choose(Shape{8192, 64, 32, 32, 1024, SDM_P1_DET_ALL});
     CHECK(!all.forward.shape.sorted_rows && !all.forward.shape.shipped_fields);
     CHECK(all.forward.general.kernel == "phase1_kernel<256, uint16_t, true, false, false, false, false>");
-    CHECK(contains(all.forward.lean.why, "beyond the shipped set"));
+    CHECK(contains(all.forward.lean.why, "num_keys = 1024 < 8 n"));
     check_listed(k);
     check_listed(all);
 }
@@ -209,11 +209,36 @@ void test_s8_gets_spread_slots() {
     CHECK(choose_policy(few, kH100, d, &capped) == 0 && capped.forward.spread_layout.capacity == 3);
 }
 
-// Records or kspa with slots at least the entries: the rows in sorted order, the sorted-rows
-// instantiations, no lean kernel and no spread slots.
+// The training field sets (kernels/lean/lean_records.cuh): the lean kernel serves them, its
+// stage "records" on; krec or kspa keep two record words a grouped entry, so the room for
+// grouped entries shrinks by their bytes; the tile and dc indices take the first-write masks.
+void test_lean_serves_the_training_fields() {
+    const Shape s1{8192, 64, 32, 32, 65536};
+    const KernelPolicy shipped = choose(s1);
+    CHECK(!shipped.forward.lean_layout.row_fields);
+    for (int64_t det : {int64_t{296}, int64_t{952}, int64_t{2872}, int64_t{SDM_P1_DET_ALL}, int64_t{SDM_P1_DET_QREC8},
+                        int64_t{SDM_P1_DET_DC_GIDX}}) {
+        const KernelPolicy k = choose(Shape{8192, 64, 32, 32, 65536, det});
+        const ForwardKernels& f = k.forward;
+        CHECK_MSG(f.lean.kernel == "lean::lean_kernel<int32_t, float, false, 256>", std::to_string(det).c_str());
+        CHECK(f.lean_layout.row_fields && contains(f.lean.why, "fields past the shipped set (stage records)"));
+        const bool records = (det & (SDM_P1_DET_KREC | SDM_P1_DET_KSPA)) != 0;
+        const bool firsts = (det & (SDM_P1_DET_TILES | SDM_P1_DET_DC_GIDX)) != 0;
+        CHECK(f.lean_layout.max_grouped >= 4096 / 8 && f.lean_layout.max_grouped <= 4096 / 4);
+        CHECK((f.lean_layout.rkspa - f.lean_layout.rkrec != 0) == records);
+        CHECK((f.lean_layout.fpre - f.lean_layout.fmask != 0) == firsts);
+        CHECK(f.lean_layout.smem_bytes >= shipped.forward.lean_layout.smem_bytes ||
+              f.lean_layout.max_grouped < shipped.forward.lean_layout.max_grouped);
+        check_listed(k);
+    }
+}
+
+// Records or kspa with slots at least the entries: the rows in sorted order, the
+// sorted-rows instantiations for the chunks the lean kernel leaves, and no spread slots.
 void test_records_sort_the_rows() {
     const KernelPolicy k = choose(Shape{128, 64, 32, 32, 65536, SDM_P1_DET_SHIPPED | SDM_P1_DET_KREC});
     const ForwardKernels& f = k.forward;
+    CHECK(f.lean.launched());
     CHECK(f.shape.sorted_rows && f.shape.slots && !f.shape.shipped_fields && !f.shape.group_counts);
     CHECK(f.general.threads == 512);
     CHECK(contains(f.general.kernel, ", true, false, false, false>"));   // SortedRows, not WideLog
@@ -373,6 +398,7 @@ int main() {
     RUN(test_s1_runs_the_lean_kernel);
     RUN(test_s4_runs_the_general_kernel);
     RUN(test_s8_gets_spread_slots);
+    RUN(test_lean_serves_the_training_fields);
     RUN(test_records_sort_the_rows);
     RUN(test_large_chunks_count_in_32_bits);
     RUN(test_lean_forms);

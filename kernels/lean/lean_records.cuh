@@ -1,0 +1,143 @@
+// Lean stage "records" (the twin of the general kernel's row pass, write_rows in
+// kernels/general/stage_records.cuh, and of the row fields of the CPU's write_records in
+// src/cpu/chunk_stages.h): the row fields past the spay rows, for the plans that request them
+// (a trainer's: krec, kspa, qrec, qrec8, the tile indices, dc_kpos and dc_bpre), a thread a
+// sorted position, so that each record lands next to its neighbours' (in entry order they
+// scatter over the row). An entry alone in its group is served from its value and its
+// token's gate, as stage "entries" serves it (log = the gate, rex = 0: its krec value is
+// the value itself, scaled_f32(v, 1.0)); a grouped entry reads the records stage "groups"
+// kept (rkrec, rkspa, rcpe, rscaled). The bits are those of write_entry_outputs: the same
+// functions of the same exact values.
+#ifndef SDM_P1_KERNELS_LEAN_LEAN_RECORDS_CUH
+#define SDM_P1_KERNELS_LEAN_LEAN_RECORDS_CUH
+
+#include "lean_rows.cuh"
+
+namespace sdm_p1 {
+namespace cuda {
+namespace lean {
+
+// Entries of 32-position block b (mask) before position r, with `before` of them in the
+// blocks before b.
+__device__ __forceinline__ uint32_t marked_before(const uint32_t* mask, const uint32_t* pre, uint32_t r) {
+    return pre[r >> 5] + __popc(mask[r >> 5] & ((1u << (r & 31u)) - 1u));
+}
+
+// A write entry's record facts: its krec value word (k_val * exp(rex)), cpe as stored and
+// kspa.
+struct WriteRecord {
+    float scaled, cpe, kspa;
+};
+
+// The record facts of valid write entry y (with info word `info`).
+template <typename Value, bool PerWrite>
+__device__ __forceinline__ WriteRecord write_record(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
+                                                    const KeyEntry& y, uint16_t info) {
+    const OutputBuffers& out = a.out;
+    WriteRecord w;
+    if (info & kGrouped) {
+        const uint32_t g = info & 0x7FFFu;
+        w.scaled = out.krec ? arr.rkrec[g] : 0.0f;
+        w.kspa = out.kspa ? arr.rkspa[g] : 0.0f;
+        w.cpe = arr.rcpe[g];
+        return w;
+    }
+    double gate_exp;
+    if (PerWrite) {
+        Fix f;
+        gate_to_fix(a.g[(k.c * a.s.C + y.t) * a.s.W + y.lane], &f);   // checked in stage "load"
+        gate_exp = exp_fix(f);
+        w.cpe = to_f32(gate_exp);
+    } else {
+        gate_exp = arr.gate_exp[y.t];
+        w.cpe = arr.gate_cpe[y.t];
+    }
+    const float v = entry_value<Value>(a, k, y);
+    w.scaled = scaled_f32(v, 1.0);   // exp(rex) with rex = 0
+    w.kspa = out.kspa ? neg_beta_scaled_f32(a.beta[k.c * a.s.C + y.t], v, gate_exp) : 0.0f;
+    return w;
+}
+
+// The write entry at sorted position r (payload word p, K-row index j): krec, kspa, the K
+// tile indices, dc_kpos and dc_bpre.
+template <typename Id, typename Value, bool PerWrite>
+__device__ __forceinline__ void write_k_row(const KernelArgs& a, const Chunk& k, const LeanArrays& arr, uint32_t r,
+                                            uint32_t p, uint32_t j) {
+    const KernelShape& s = a.s;
+    const OutputBuffers& out = a.out;
+    const bool valid = !(p & kInvalid);
+    const uint32_t before = p >> kPayBeforeShift & kPayPeerMask, after = p >> kPayAfterShift & kPayPeerMask;
+    const int32_t elem = sorted_element(p, before, after, valid);
+    const KeyEntry y = payload_entry(a, p);
+    const int64_t nk = static_cast<int64_t>(s.C) * s.W, at = k.c * nk + j;
+    if (out.krec || out.kspa) {
+        WriteRecord w{scaled_f32(0.0f, 1.0), to_f32(1.0), 0.0f};   // padding: log 0, value 0
+        int32_t slot = 0;
+        if (valid) {
+            w = write_record<Value, PerWrite>(a, k, arr, y, arr.info[y.e]);
+            slot = static_cast<int32_t>(static_cast<const Id*>(a.k_idx)[(k.c * s.C + y.t) * s.W + y.lane]);
+        }
+        if (out.krec) put_record4(out.krec, at, elem, slot, w.scaled, value_rounded(s.bf16, w.cpe));
+        if (out.kspa) out.kspa[at] = w.kspa;
+    }
+    if (!out.tiles_k && !out.dc_kpos) return;   // no group counts asked
+    const int32_t groups_before = static_cast<int32_t>(marked_before(arr.fmask, arr.fpre, r));
+    if (out.tiles_k && a.div.tile.mod(j) == 0u) {
+        const int64_t tile = k.c * ((nk + s.rec_tile - 1) / s.rec_tile + 1) + a.div.tile.div(j);
+        const int64_t next = static_cast<int64_t>(j) + after + 1;
+        out.tiles_k[tile] = (elem & kSortedFirst) ? static_cast<int32_t>(j) : static_cast<int32_t>(min(next, nk));
+        if (out.segb_k) out.segb_k[tile] = groups_before;
+    }
+    if (out.dc_kpos) out.dc_kpos[(k.c * s.C + y.t) * s.W + y.lane] = valid && before == 0u ? groups_before : -1;
+    if (out.dc_bpre && j % 32u == 0u) out.dc_bpre[k.c * ((nk + 31) / 32 + 1) + j / 32u] = groups_before;
+}
+
+// The read entry at sorted position r (payload word p, Q-row index j): qrec, qrec8 and the Q
+// tile indices.
+template <typename Id, typename Value>
+__device__ __forceinline__ void write_q_row(const KernelArgs& a, const Chunk& k, const LeanArrays& arr, uint32_t p,
+                                            uint32_t j) {
+    const KernelShape& s = a.s;
+    const OutputBuffers& out = a.out;
+    const bool valid = !(p & kInvalid);
+    const uint32_t before = p >> kPayBeforeShift & kPayPeerMask, after = p >> kPayAfterShift & kPayPeerMask;
+    const int32_t elem = sorted_element(p, before, after, valid);
+    const int64_t nq = static_cast<int64_t>(s.C) * s.R, at = k.c * nq + j;
+    if (out.qrec || out.qrec8) {
+        float q_w = scaled_f32(0.0f, 1.0);   // padding: log 0, value 0
+        int32_t slot = 0;
+        if (valid) {
+            const KeyEntry y = payload_entry(a, p);
+            const uint16_t info = arr.info[y.e];
+            q_w = (info & kGrouped) ? arr.rscaled[info & 0x7FFFu] : scaled_f32(entry_value<Value>(a, k, y), 1.0);
+            slot = static_cast<int32_t>(static_cast<const Id*>(a.q_idx)[(k.c * s.C + y.t) * s.R + y.lane]);
+        }
+        if (out.qrec) put_record4(out.qrec, at, elem, slot, q_w, 0.0f);
+        if (out.qrec8) put_record2(out.qrec8, at, slot, q_w);
+    }
+    if (out.tiles_q && a.div.tile.mod(j) == 0u) {
+        const int64_t next = static_cast<int64_t>(j) + after + 1;
+        out.tiles_q[k.c * ((nq + s.rec_tile - 1) / s.rec_tile + 1) + a.div.tile.div(j)] =
+            (elem & kSortedFirst) ? static_cast<int32_t>(j) : static_cast<int32_t>(min(next, nq));
+    }
+}
+
+// Every sorted position's row fields (LeanLayout::row_fields plans only).
+template <typename Id, typename Value, bool PerWrite>
+__device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const LeanArrays& arr) {
+    for (uint32_t r = threadIdx.x; r < static_cast<uint32_t>(k.n); r += blockDim.x) {
+        const uint32_t p = arr.pay[r];
+        const uint32_t writes = marked_before(arr.kmask, arr.kpre, r);
+        if (p & kIsQ) {
+            write_q_row<Id, Value>(a, k, arr, p, r - writes);
+        } else {
+            write_k_row<Id, Value, PerWrite>(a, k, arr, r, p, writes);
+        }
+    }
+}
+
+}   // namespace lean
+}   // namespace cuda
+}   // namespace sdm_p1
+
+#endif   // SDM_P1_KERNELS_LEAN_LEAN_RECORDS_CUH
