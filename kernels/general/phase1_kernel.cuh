@@ -66,9 +66,8 @@ __global__ void __launch_bounds__(Threads, kMaxThreads / Threads) phase1_kernel(
                             stage_room >= 8 * sizeof(uint64_t) * a.layout.stride;
     const InterleavedKeys staged{stage_keys ? reinterpret_cast<uint64_t*>(stage) : nullptr, a.layout.stride};
     const int n = s.C * (s.W + s.R);
-    // The chunks the lean kernel left (plans with a lean kernel, whose fields are the shipped
-    // ones: the other kernels carry no code for the list), read once it has ended.
-    const unsigned long long* const general_list = ShippedFields ? a.general_chunks : nullptr;
+    // The chunks the lean kernel left (plans with a lean kernel), read once it has ended.
+    const unsigned long long* const general_list = WideLog ? nullptr : a.general_chunks;
 #if __CUDA_ARCH__ >= 900
     // The wide-log kernel is launched as a programmatic dependent of the main kernel
     // (launch): it waits here for the main kernel's end and memory, its list and count.

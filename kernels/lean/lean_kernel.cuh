@@ -36,8 +36,11 @@ __device__ __forceinline__ bool leave_chunk(const KernelArgs& a, int64_t c, cons
 // Id: int32_t or int64_t ids; Value: uint16_t (bfloat16) or float values; PerWrite: gates
 // per write lane (else per token). The plan's form alone is compiled in. MaxThreads: the
 // block size at most, kLeanSmallBlock (three blocks an SM: 80 registers a thread, which its
-// 16 keys a thread need without spills) or kLeanMaxThreads (64 registers).
-template <typename Id, typename Value, bool PerWrite, int MaxThreads>
+// 16 keys a thread need without spills) or kLeanMaxThreads (64 registers). RowFields: the
+// plan requests fields past the shipped set (LeanLayout::row_fields), written by stage
+// "records"; the other plans' kernels carry none of its code (compiled in, unrun, it cost
+// them 3-6 %: S1, S3, S5 on an H100).
+template <typename Id, typename Value, bool PerWrite, int MaxThreads, bool RowFields = false>
 __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 : 1)
     lean_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
@@ -94,17 +97,17 @@ __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 
         sum_groups<PerWrite>(a, k, arr, sh);
         __syncthreads();
         if (threadIdx.x < 32) place_units(a, arr, sh);
-        mark_writes(a, k, arr);
+        mark_writes<RowFields>(a, k, arr);
         __syncthreads();
         if (leave_chunk(a, c, sh, &left_in_row)) continue;   // grouped entries or pair terms past the room
         left_in_row = 0;
-        if (threadIdx.x < 32) count_writes(a, k, arr);
-        grouped_records<Value>(a, k, arr, sh);
+        if (threadIdx.x < 32) count_writes<RowFields>(a, k, arr);
+        grouped_records<Value, RowFields>(a, k, arr, sh);
         __syncthreads();
         pair_cells(a, k, arr);
         write_rows(a, k, arr);
         write_entries<Value, PerWrite>(a, k, arr);
-        if (a.lean.row_fields) write_records<Id, Value, PerWrite>(a, k, arr);
+        if constexpr (RowFields) write_records<Id, Value, PerWrite>(a, k, arr);
         if (threadIdx.x == 0 && sh.base.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
                       static_cast<unsigned long long>(sh.base.repeats));

@@ -47,7 +47,8 @@ struct LeanLayout {
     int bucket_shift;         // a 32-bit sort key >> bucket_shift is its bucket
     uint32_t max_grouped;     // grouped entries a chunk at most (records' room)
     bool row_fields;          // a row field beyond the spay rows requested (krec, kspa, qrec,
-                              // qrec8, the tile and dc indices): stage "records" runs
+                              // qrec8, the tile and dc indices): stage "records" runs, in
+                              // the kernel's RowFields instantiation
     uint32_t term_capacity;   // pair terms a chunk at most (they take the sort's room)
     // uint32[row] by sorted position: the sort keys, then the payload words
     uint32_t pay;

@@ -58,81 +58,100 @@ __device__ __forceinline__ WriteRecord write_record(const KernelArgs& a, const C
     return w;
 }
 
-// The write entry at sorted position r (payload word p, K-row index j): krec, kspa, the K
-// tile indices, dc_kpos and dc_bpre.
+// An entry's place in the sorted row: its position r and its peers of its kind before and
+// after it (padding: r = e, none).
+struct RowPlace {
+    uint32_t r, before, after;
+    uint16_t info;
+};
+
+__device__ __forceinline__ RowPlace row_place(const LeanArrays& arr, int e, bool valid) {
+    RowPlace x{static_cast<uint32_t>(e), 0u, 0u, 0u};
+    if (!valid) return x;
+    x.info = arr.info[e];
+    if (x.info & kGrouped) {
+        const uint32_t pos = arr.rpos[x.info & 0x7FFFu];
+        x.r = pos & kPosMask;
+        x.after = packed_after(pos);
+        x.before = packed_before(pos);
+    } else {
+        x.r = x.info;
+    }
+    return x;
+}
+
+// Write entry y (valid or padding): krec, kspa, the K tile indices, dc_kpos and dc_bpre at
+// its K-row index.
 template <typename Id, typename Value, bool PerWrite>
-__device__ __forceinline__ void write_k_row(const KernelArgs& a, const Chunk& k, const LeanArrays& arr, uint32_t r,
-                                            uint32_t p, uint32_t j) {
+__device__ __forceinline__ void write_k_row(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
+                                            const KeyEntry& y, bool valid) {
     const KernelShape& s = a.s;
     const OutputBuffers& out = a.out;
-    const bool valid = !(p & kInvalid);
-    const uint32_t before = p >> kPayBeforeShift & kPayPeerMask, after = p >> kPayAfterShift & kPayPeerMask;
-    const int32_t elem = sorted_element(p, before, after, valid);
-    const KeyEntry y = payload_entry(a, p);
+    const RowPlace x = row_place(arr, y.e, valid);
+    const uint32_t j = marked_before(arr.kmask, arr.kpre, x.r);
+    const int32_t elem = sorted_element(payload_word(y.t, y.lane, false, valid), x.before, x.after, valid);
     const int64_t nk = static_cast<int64_t>(s.C) * s.W, at = k.c * nk + j;
     if (out.krec || out.kspa) {
         WriteRecord w{scaled_f32(0.0f, 1.0), to_f32(1.0), 0.0f};   // padding: log 0, value 0
         int32_t slot = 0;
         if (valid) {
-            w = write_record<Value, PerWrite>(a, k, arr, y, arr.info[y.e]);
+            w = write_record<Value, PerWrite>(a, k, arr, y, x.info);
             slot = static_cast<int32_t>(static_cast<const Id*>(a.k_idx)[(k.c * s.C + y.t) * s.W + y.lane]);
         }
         if (out.krec) put_record4(out.krec, at, elem, slot, w.scaled, value_rounded(s.bf16, w.cpe));
         if (out.kspa) out.kspa[at] = w.kspa;
     }
     if (!out.tiles_k && !out.dc_kpos) return;   // no group counts asked
-    const int32_t groups_before = static_cast<int32_t>(marked_before(arr.fmask, arr.fpre, r));
+    const int32_t groups_before = static_cast<int32_t>(marked_before(arr.fmask, arr.fpre, x.r));
     if (out.tiles_k && a.div.tile.mod(j) == 0u) {
         const int64_t tile = k.c * ((nk + s.rec_tile - 1) / s.rec_tile + 1) + a.div.tile.div(j);
-        const int64_t next = static_cast<int64_t>(j) + after + 1;
+        const int64_t next = static_cast<int64_t>(j) + x.after + 1;
         out.tiles_k[tile] = (elem & kSortedFirst) ? static_cast<int32_t>(j) : static_cast<int32_t>(min(next, nk));
         if (out.segb_k) out.segb_k[tile] = groups_before;
     }
-    if (out.dc_kpos) out.dc_kpos[(k.c * s.C + y.t) * s.W + y.lane] = valid && before == 0u ? groups_before : -1;
+    if (out.dc_kpos) out.dc_kpos[(k.c * s.C + y.t) * s.W + y.lane] = valid && x.before == 0u ? groups_before : -1;
     if (out.dc_bpre && j % 32u == 0u) out.dc_bpre[k.c * ((nk + 31) / 32 + 1) + j / 32u] = groups_before;
 }
 
-// The read entry at sorted position r (payload word p, Q-row index j): qrec, qrec8 and the Q
-// tile indices.
+// Read entry y (valid or padding): qrec, qrec8 and the Q tile indices at its Q-row index.
 template <typename Id, typename Value>
-__device__ __forceinline__ void write_q_row(const KernelArgs& a, const Chunk& k, const LeanArrays& arr, uint32_t p,
-                                            uint32_t j) {
+__device__ __forceinline__ void write_q_row(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
+                                            const KeyEntry& y, bool valid) {
     const KernelShape& s = a.s;
     const OutputBuffers& out = a.out;
-    const bool valid = !(p & kInvalid);
-    const uint32_t before = p >> kPayBeforeShift & kPayPeerMask, after = p >> kPayAfterShift & kPayPeerMask;
-    const int32_t elem = sorted_element(p, before, after, valid);
+    const RowPlace x = row_place(arr, y.e, valid);
+    const uint32_t j = x.r - marked_before(arr.kmask, arr.kpre, x.r);
+    const int32_t elem = sorted_element(payload_word(y.t, y.lane, true, valid), x.before, x.after, valid);
     const int64_t nq = static_cast<int64_t>(s.C) * s.R, at = k.c * nq + j;
     if (out.qrec || out.qrec8) {
         float q_w = scaled_f32(0.0f, 1.0);   // padding: log 0, value 0
         int32_t slot = 0;
         if (valid) {
-            const KeyEntry y = payload_entry(a, p);
-            const uint16_t info = arr.info[y.e];
-            q_w = (info & kGrouped) ? arr.rscaled[info & 0x7FFFu] : scaled_f32(entry_value<Value>(a, k, y), 1.0);
+            q_w = (x.info & kGrouped) ? arr.rscaled[x.info & 0x7FFFu] : scaled_f32(entry_value<Value>(a, k, y), 1.0);
             slot = static_cast<int32_t>(static_cast<const Id*>(a.q_idx)[(k.c * s.C + y.t) * s.R + y.lane]);
         }
         if (out.qrec) put_record4(out.qrec, at, elem, slot, q_w, 0.0f);
         if (out.qrec8) put_record2(out.qrec8, at, slot, q_w);
     }
     if (out.tiles_q && a.div.tile.mod(j) == 0u) {
-        const int64_t next = static_cast<int64_t>(j) + after + 1;
+        const int64_t next = static_cast<int64_t>(j) + x.after + 1;
         out.tiles_q[k.c * ((nq + s.rec_tile - 1) / s.rec_tile + 1) + a.div.tile.div(j)] =
             (elem & kSortedFirst) ? static_cast<int32_t>(j) : static_cast<int32_t>(min(next, nq));
     }
 }
 
-// Every sorted position's row fields (LeanLayout::row_fields plans only).
+// Every entry's row fields, the write entries then the read entries, a thread an entry.
 template <typename Id, typename Value, bool PerWrite>
 __device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const LeanArrays& arr) {
-    for (uint32_t r = threadIdx.x; r < static_cast<uint32_t>(k.n); r += blockDim.x) {
-        const uint32_t p = arr.pay[r];
-        const uint32_t writes = marked_before(arr.kmask, arr.kpre, r);
-        if (p & kIsQ) {
-            write_q_row<Id, Value>(a, k, arr, p, r - writes);
-        } else {
-            write_k_row<Id, Value, PerWrite>(a, k, arr, r, p, writes);
-        }
+    const KernelShape& s = a.s;
+    const int WR = s.W + s.R;
+    for (int x = threadIdx.x; x < s.C * s.W; x += blockDim.x) {
+        const int t = static_cast<int>(a.div.W.div(x)), lane = x - t * s.W;
+        write_k_row<Id, Value, PerWrite>(a, k, arr, KeyEntry{t * WR + lane, t, lane, false}, t < k.t_valid);
+    }
+    for (int x = threadIdx.x; x < s.C * s.R; x += blockDim.x) {
+        const int t = static_cast<int>(a.div.R.div(x)), lane = x - t * s.R;
+        write_q_row<Id, Value>(a, k, arr, KeyEntry{t * WR + s.W + lane, t, lane, true}, t < k.t_valid);
     }
 }
 

@@ -15,9 +15,10 @@ namespace cuda {
 namespace lean {
 
 // Whether a plan's fields count the groups' first writes (the tile and dc indices; the
-// layout then has fmask and fpre).
+// layout then has fmask and fpre). RowFields: the kernel's form (no other form counts them).
+template <bool RowFields>
 __device__ __forceinline__ bool counts_firsts(const OutputBuffers& out) {
-    return out.tiles_k != nullptr || out.dc_kpos != nullptr;
+    return RowFields && (out.tiles_k != nullptr || out.dc_kpos != nullptr);
 }
 
 // Whether lean payload word p (its peer bits included) is the first valid write of its group.
@@ -27,17 +28,17 @@ __device__ __forceinline__ bool first_write(uint32_t p) {
 
 // The write-entry mask of each 32 sorted positions (a warp's ballot a block of 32), and where
 // the fields count groups, the mask of the groups' first writes.
+template <bool RowFields>
 __device__ __forceinline__ void mark_writes(const KernelArgs& a, const Chunk& k, const LeanArrays& arr) {
     const int lane = static_cast<int>(threadIdx.x & 31u), warps = static_cast<int>(blockDim.x >> 5);
     const int blocks = (k.n + 31) / 32;
-    const bool firsts = counts_firsts(a.out);
+    const bool firsts = counts_firsts<RowFields>(a.out);
     for (int b = static_cast<int>(threadIdx.x >> 5); b < blocks; b += warps) {
         const int r = 32 * b + lane;
-        const uint32_t p = r < k.n ? arr.pay[r] : kIsQ;
-        const uint32_t mask = __ballot_sync(kFullWarp, !(p & kIsQ));
+        const uint32_t mask = __ballot_sync(kFullWarp, r < k.n && !(arr.pay[r] & kIsQ));
         if (lane == 0) arr.kmask[b] = mask;
         if (firsts) {
-            const uint32_t first = __ballot_sync(kFullWarp, first_write(p));
+            const uint32_t first = __ballot_sync(kFullWarp, r < k.n && first_write(arr.pay[r]));
             if (lane == 0) arr.fmask[b] = first;
         }
     }
@@ -59,10 +60,11 @@ __device__ __forceinline__ uint32_t count_marked(const uint32_t* mask, uint32_t*
 
 // The writes before each block of 32 positions and, where the fields count groups, the
 // groups' first writes, whose total ends the tile and dc indices (one warp).
+template <bool RowFields>
 __device__ __forceinline__ void count_writes(const KernelArgs& a, const Chunk& k, const LeanArrays& arr) {
     const int blocks = (k.n + 31) / 32;
     count_marked(arr.kmask, arr.kpre, blocks);
-    if (!counts_firsts(a.out)) return;
+    if (!counts_firsts<RowFields>(a.out)) return;
     const uint32_t valid_groups = count_marked(arr.fmask, arr.fpre, blocks);
     if ((threadIdx.x & 31u) == 0u) {
         const KernelShape& s = a.s;

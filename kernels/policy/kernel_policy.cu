@@ -176,12 +176,13 @@ int general_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts
 
 // ---- stage: lean -----------------------------------------------------------------------
 
-// The lean kernel's instantiation: lean::lean_kernel<Id, Value, PerWrite, Threads>, by the
-// plan's form (id type, value type, gate width) and block bound.
-std::string lean_kernel(const KernelShape& s) {
+// The lean kernel's instantiation: lean::lean_kernel<Id, Value, PerWrite, Threads[, true]>,
+// by the plan's form (id type, value type, gate width), block bound and whether stage
+// "records" writes fields past the shipped set.
+std::string lean_kernel(const KernelShape& s, bool row_fields) {
     const bool small = lean_threads(s.C * (s.W + s.R)) <= kLeanSmallBlock;
-    return format("lean::lean_kernel<%s, %s, %s, %d>", s.idx64 ? "int64_t" : "int32_t", s.bf16 ? "uint16_t" : "float",
-                  boolean(s.gate_width != 1), small ? kLeanSmallBlock : kLeanMaxThreads);
+    return format("lean::lean_kernel<%s, %s, %s, %d%s>", s.idx64 ? "int64_t" : "int32_t", s.bf16 ? "uint16_t" : "float",
+                  boolean(s.gate_width != 1), small ? kLeanSmallBlock : kLeanMaxThreads, row_fields ? ", true" : "");
 }
 
 // The lean kernel serves plans whose slots outnumber a chunk's entries eightfold (uniform ids
@@ -229,13 +230,13 @@ int lean_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts, F
         f->lean.why = "none: " + refusal;
         return 0;
     }
-    const std::string kernel = lean_kernel(s);
+    const LeanFields fields = lean_fields(p.det_fields);
+    const std::string kernel = lean_kernel(s, fields.row_fields);
     const int n = s.C * (s.W + s.R), threads = lean_threads(n);
     SmemLimits limits{};
     int e = facts.raise_smem_limit(kernel, &limits);
     if (e != 0) return e;
     const bool per_token = s.gate_width == 1;
-    const LeanFields fields = lean_fields(p.det_fields);
     const size_t fixed = lean_fixed_bytes(s.C, s.W, s.R, per_token, threads, fields);
     const uint32_t want = static_cast<uint32_t>(std::max(n / 4, 4)), least = static_cast<uint32_t>(std::max(n / 8, 1));
     for (int blocks = 4; blocks >= 1; --blocks) {

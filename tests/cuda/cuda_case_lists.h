@@ -995,7 +995,7 @@ inline CaseList lean_record_cases(const ListOptions& o) {
     for (int64_t det : {int64_t{296}, t952, t2872, kShippedWithRecords, all, int64_t{SDM_P1_DET_KREC},
                         int64_t{SDM_P1_DET_KSPA}, int64_t{SDM_P1_DET_QREC}, int64_t{SDM_P1_DET_TILES},
                         int64_t{SDM_P1_DET_DC_GIDX}, int64_t{SDM_P1_DET_QREC8}}) {
-        c.push_back(spec("S1-det" + std::to_string(det), 3, 64, 32, 32, 65536)
+        c.push_back(spec("S1-det" + std::to_string(det), 4, 64, 32, 32, 65536)
                         .streams(2, 65536)
                         .key_mode(Keys::Distinct)
                         .hits(0.3)

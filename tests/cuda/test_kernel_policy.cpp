@@ -209,8 +209,8 @@ void test_s8_gets_spread_slots() {
     CHECK(choose_policy(few, kH100, d, &capped) == 0 && capped.forward.spread_layout.capacity == 3);
 }
 
-// The training field sets (kernels/lean/lean_records.cuh): the lean kernel serves them, its
-// stage "records" on; krec or kspa keep two record words a grouped entry, so the room for
+// The training field sets (kernels/lean/lean_records.cuh): the lean kernel serves them, in
+// its instantiations with stage "records" (RowFields); krec or kspa keep two record words a grouped entry, so the room for
 // grouped entries shrinks by their bytes; the tile and dc indices take the first-write masks.
 void test_lean_serves_the_training_fields() {
     const Shape s1{8192, 64, 32, 32, 65536};
@@ -220,7 +220,7 @@ void test_lean_serves_the_training_fields() {
                         int64_t{SDM_P1_DET_DC_GIDX}}) {
         const KernelPolicy k = choose(Shape{8192, 64, 32, 32, 65536, det});
         const ForwardKernels& f = k.forward;
-        CHECK_MSG(f.lean.kernel == "lean::lean_kernel<int32_t, float, false, 256>", std::to_string(det).c_str());
+        CHECK_MSG(f.lean.kernel == "lean::lean_kernel<int32_t, float, false, 256, true>", std::to_string(det).c_str());
         CHECK(f.lean_layout.row_fields && contains(f.lean.why, "fields past the shipped set (stage records)"));
         const bool records = (det & (SDM_P1_DET_KREC | SDM_P1_DET_KSPA)) != 0;
         const bool firsts = (det & (SDM_P1_DET_TILES | SDM_P1_DET_DC_GIDX)) != 0;
@@ -359,7 +359,7 @@ void test_every_choice_is_listed() {
             CHECK_MSG(chosen.count(g.entries[i].name) == 1, g.entries[i].name);
         }
     }
-    CHECK(listed_count == 52);
+    CHECK(listed_count == 68);
 }
 
 // SDMP1_LOG's lines: the plan's launches as before, then each stage's instantiation and why.
