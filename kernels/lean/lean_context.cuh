@@ -52,8 +52,6 @@ struct LeanArrays {
     float* rrex;
     float* rcpe;
     uint8_t* gterms;
-    float* rkrec;   // with the row records only
-    float* rkspa;
     uint2* glist;          // in rlog and rscaled's bytes, until stage "groups" ends
     uint32_t* gtotal_lo;   // in rrex's bytes, likewise
     uint32_t* gtotal_hi;   // in rcpe's bytes, likewise
@@ -86,8 +84,6 @@ __device__ __forceinline__ LeanArrays bind_lean_arrays(char* smem, const LeanLay
     a.rrex = reinterpret_cast<float*>(smem + l.rrex);
     a.rcpe = reinterpret_cast<float*>(smem + l.rcpe);
     a.gterms = reinterpret_cast<uint8_t*>(smem + l.gterms);
-    a.rkrec = reinterpret_cast<float*>(smem + l.rkrec);
-    a.rkspa = reinterpret_cast<float*>(smem + l.rkspa);
     a.glist = reinterpret_cast<uint2*>(smem + l.rlog);
     a.gtotal_lo = reinterpret_cast<uint32_t*>(smem + l.rrex);
     a.gtotal_hi = reinterpret_cast<uint32_t*>(smem + l.rcpe);

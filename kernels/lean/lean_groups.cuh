@@ -8,8 +8,7 @@
 //    payload words, and each walker's pair terms counted for its unit (stage "pairs");
 //  * grouped_records, a thread a grouped entry: the exact log facts through the same
 //    canon/phase1_shared.h functions as the CPU backend (set_log_facts_compact), as the records the
-//    entry writer reads (log, rex, cpe and the scaled value, as floats) and, where krec or kspa
-//    is requested, the row records stage "records" reads; and its pair terms.
+//    entry writer reads (log, rex, cpe and the scaled value, as floats), and its pair terms.
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_GROUPS_CUH
 #define SDM_P1_KERNELS_LEAN_LEAN_GROUPS_CUH
 
@@ -91,7 +90,7 @@ __device__ __forceinline__ void sum_groups(const KernelArgs& a, const Chunk& k, 
 }
 
 // Every grouped entry's records and pair terms (after place_units has placed the units).
-template <typename Value, bool RowFields>
+template <typename Value>
 __device__ __forceinline__ void grouped_records(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
                                                 const LeanShared& sh) {
     const int s = sh.shift;
@@ -102,15 +101,12 @@ __device__ __forceinline__ void grouped_records(const KernelArgs& a, const Chunk
         const int64_t total = static_cast<int64_t>(static_cast<uint64_t>(arr.gtotal_hi[g]) << 32 | arr.gtotal_lo[g]);
         const float v = entry_value<Value>(a, k, y);
         EntryFacts f;
-        set_log_facts_compact(f, log, total - log, s, !y.is_q, RowFields && a.out.krec != nullptr, false);
+        set_log_facts_compact(f, log, total - log, s, !y.is_q, false, false);
         arr.rlog[g] = f.log_f32;
         arr.rscaled[g] = scaled_f32(v, f.exp_log);
         if (!y.is_q) {
             arr.rrex[g] = f.rex_f32;
             arr.rcpe[g] = to_f32(f.exp_total);
-            // the row records stage "records" writes (their arrays: krec or kspa plans only)
-            if (RowFields && a.out.krec) arr.rkrec[g] = scaled_f32(v, f.exp_rex);
-            if (RowFields && a.out.kspa) arr.rkspa[g] = neg_beta_scaled_f32(a.beta[k.c * a.s.C + y.t], v, f.exp_log);
         }
         if (arr.gterms[g] != 0u) walker_terms<Value>(a, k, arr, y, g, r, v, log, s);
     }

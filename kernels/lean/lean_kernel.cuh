@@ -102,12 +102,12 @@ __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 
         if (leave_chunk(a, c, sh, &left_in_row)) continue;   // grouped entries or pair terms past the room
         left_in_row = 0;
         if (threadIdx.x < 32) count_writes<RowFields>(a, k, arr);
-        grouped_records<Value, RowFields>(a, k, arr, sh);
+        grouped_records<Value>(a, k, arr, sh);
         __syncthreads();
         pair_cells(a, k, arr);
         write_rows(a, k, arr);
         write_entries<Value, PerWrite>(a, k, arr);
-        if constexpr (RowFields) write_records<Id, Value, PerWrite>(a, k, arr);
+        if constexpr (RowFields) write_records<Id, Value, PerWrite>(a, k, arr, sh.shift);
         if (threadIdx.x == 0 && sh.base.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),
                       static_cast<unsigned long long>(sh.base.repeats));

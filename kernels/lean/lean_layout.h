@@ -30,12 +30,8 @@ constexpr int kLeanMaxThreads = 1024;
 constexpr int kLeanSmallBlock = 256;
 constexpr int kLeanMinThreads = 64;
 // Bytes of shared memory per grouped entry: its compact log (8), five record words and its
-// pair-term count; with the row records (krec or kspa requested), two words more.
+// pair-term count.
 constexpr size_t kLeanGroupedBytes = 8 + 5 * 4 + 1;
-constexpr size_t kLeanRecordBytes = 2 * 4;
-
-// Shared memory per grouped entry of a layout with or without the row records.
-inline size_t lean_grouped_bytes(bool row_records) { return kLeanGroupedBytes + (row_records ? kLeanRecordBytes : 0); }
 
 // Byte offsets of the lean kernel's arrays in a block's dynamic shared memory, with the
 // plan's choices; threads == 0: the plan has no lean kernel. n = C * (W + R) entries,
@@ -67,9 +63,6 @@ struct LeanLayout {
     // (uint2[max_grouped / 2]: first position | size << 16, first list index), and rrex and
     // rcpe each entry's group total (the int64 compact log of the group's last entry).
     uint32_t glog, rpos, rlog, rscaled, rrex, rcpe, gterms;
-    // by grouped-list index, with the row records only: float krec word 2 (k_val * exp(rex))
-    // and kspa of a write entry
-    uint32_t rkrec, rkspa;
     // uint32[C][words(W) + words(R)]: per token, its write and read lanes with pair terms
     uint32_t wmask;
     // uint32[2 C + 1]: pair terms a unit, then their offsets
@@ -95,8 +88,7 @@ inline int lean_threads(int n) {
 // What a plan's fields ask of the lean kernel's layout.
 struct LeanFields {
     bool row_fields;     // stage "records" runs (LeanLayout::row_fields)
-    bool row_records;    // krec or kspa: the grouped entries keep their row records
-    bool group_firsts;   // tile or dc indices: the groups' first writes are counted
+    bool group_firsts;   // tile or dc indices: the groups' first writes are counted (fmask, fpre)
 };
 
 // The layout of a chunk of n = C (W + R) entries for blocks of `threads`, with room for
@@ -129,9 +121,6 @@ inline LeanLayout lean_layout(int C, int W, int R, bool per_token_gates, int thr
     l.rrex = at.take(4 * static_cast<size_t>(max_grouped));
     l.rcpe = at.take(4 * static_cast<size_t>(max_grouped));
     l.gterms = at.take(static_cast<size_t>(max_grouped));
-    const size_t records = fields.row_records ? 4 * static_cast<size_t>(max_grouped) : 0;
-    l.rkrec = at.take(records);
-    l.rkspa = at.take(records);
     l.wmask = at.take(4 * mask_words);
     l.units = at.take(4 * (2 * static_cast<size_t>(C) + 1));
     l.kmask = at.take(4 * (row / 32 + 1));

@@ -1,13 +1,16 @@
 // Lean stage "records" (the twin of the general kernel's row pass, write_rows in
 // kernels/general/stage_records.cuh, and of the row fields of the CPU's write_records in
 // src/cpu/chunk_stages.h): the row fields past the spay rows, for the plans that request them
-// (a trainer's: krec, kspa, qrec, qrec8, the tile indices, dc_kpos and dc_bpre), a thread a
-// sorted position, so that each record lands next to its neighbours' (in entry order they
-// scatter over the row). An entry alone in its group is served from its value and its
-// token's gate, as stage "entries" serves it (log = the gate, rex = 0: its krec value is
-// the value itself, scaled_f32(v, 1.0)); a grouped entry reads the records stage "groups"
-// kept (rkrec, rkspa, rcpe, rscaled). The bits are those of write_entry_outputs: the same
-// functions of the same exact values.
+// (a trainer's: krec, kspa, qrec, qrec8, the tile indices, dc_kpos and dc_bpre), a thread an
+// entry in entry order: its value, id and gate load beside its neighbours' and its record
+// lands at its row index (a 16-byte store each). In sorted order the loads scattered, two a
+// record: S1 with det_fields 952 took that form's lean kernel 1.94 ms against 1.11 ms with the
+// default fields (ncu, H100, session 25). An entry alone in its group is served from its value
+// and its token's gate, as stage "entries" serves it (log = the gate, rex = 0: its krec value
+// is the value itself, scaled_f32(v, 1.0)); a grouped entry reads what stage "groups" kept
+// (rcpe, rscaled) and takes its krec and kspa exponentials from its compact log and its
+// group's total (glog), so the records take no shared memory of their own. The bits are those
+// of write_entry_outputs: the same functions of the same exact values.
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_RECORDS_CUH
 #define SDM_P1_KERNELS_LEAN_LEAN_RECORDS_CUH
 
@@ -29,17 +32,31 @@ struct WriteRecord {
     float scaled, cpe, kspa;
 };
 
-// The record facts of valid write entry y (with info word `info`).
+// The log-cumsum at the end of the group of the grouped entry at sorted position r (grouped-list
+// index g), in the compact form: the log of the group's last entry, whose index follows g by
+// its distance in the row (a group's indices are consecutive; the next group starts at a head).
+__device__ __forceinline__ int64_t group_total(const LeanArrays& arr, int n, uint32_t r, uint32_t g) {
+    uint32_t end = r + 1u;
+    while (end < static_cast<uint32_t>(n) && !(arr.pay[end] & kHead)) ++end;
+    return arr.glog[g + (end - 1u - r)];
+}
+
+// The record facts of valid write entry y at sorted position r (with info word `info`); s: the
+// compact logs' shift. A grouped entry's exponentials are taken again from its exact compact
+// log and its group's total (stage "groups" kept them as floats only).
 template <typename Value, bool PerWrite>
 __device__ __forceinline__ WriteRecord write_record(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
-                                                    const KeyEntry& y, uint16_t info) {
+                                                    const KeyEntry& y, uint32_t r, uint16_t info, int s) {
     const OutputBuffers& out = a.out;
+    const float v = entry_value<Value>(a, k, y);
+    const float beta = out.kspa ? a.beta[k.c * a.s.C + y.t] : 0.0f;
     WriteRecord w;
     if (info & kGrouped) {
         const uint32_t g = info & 0x7FFFu;
-        w.scaled = out.krec ? arr.rkrec[g] : 0.0f;
-        w.kspa = out.kspa ? arr.rkspa[g] : 0.0f;
+        const int64_t log = arr.glog[g];
         w.cpe = arr.rcpe[g];
+        w.scaled = out.krec ? scaled_f32(v, exp_compact(group_total(arr, k.n, r, g) - log, s)) : 0.0f;
+        w.kspa = out.kspa ? neg_beta_scaled_f32(beta, v, exp_compact(log, s)) : 0.0f;
         return w;
     }
     double gate_exp;
@@ -52,9 +69,8 @@ __device__ __forceinline__ WriteRecord write_record(const KernelArgs& a, const C
         gate_exp = arr.gate_exp[y.t];
         w.cpe = arr.gate_cpe[y.t];
     }
-    const float v = entry_value<Value>(a, k, y);
     w.scaled = scaled_f32(v, 1.0);   // exp(rex) with rex = 0
-    w.kspa = out.kspa ? neg_beta_scaled_f32(a.beta[k.c * a.s.C + y.t], v, gate_exp) : 0.0f;
+    w.kspa = out.kspa ? neg_beta_scaled_f32(beta, v, gate_exp) : 0.0f;
     return w;
 }
 
@@ -84,7 +100,7 @@ __device__ __forceinline__ RowPlace row_place(const LeanArrays& arr, int e, bool
 // its K-row index.
 template <typename Id, typename Value, bool PerWrite>
 __device__ __forceinline__ void write_k_row(const KernelArgs& a, const Chunk& k, const LeanArrays& arr,
-                                            const KeyEntry& y, bool valid) {
+                                            const KeyEntry& y, bool valid, int shift) {
     const KernelShape& s = a.s;
     const OutputBuffers& out = a.out;
     const RowPlace x = row_place(arr, y.e, valid);
@@ -95,7 +111,7 @@ __device__ __forceinline__ void write_k_row(const KernelArgs& a, const Chunk& k,
         WriteRecord w{scaled_f32(0.0f, 1.0), to_f32(1.0), 0.0f};   // padding: log 0, value 0
         int32_t slot = 0;
         if (valid) {
-            w = write_record<Value, PerWrite>(a, k, arr, y, x.info);
+            w = write_record<Value, PerWrite>(a, k, arr, y, x.r, x.info, shift);
             slot = static_cast<int32_t>(static_cast<const Id*>(a.k_idx)[(k.c * s.C + y.t) * s.W + y.lane]);
         }
         if (out.krec) put_record4(out.krec, at, elem, slot, w.scaled, value_rounded(s.bf16, w.cpe));
@@ -140,14 +156,15 @@ __device__ __forceinline__ void write_q_row(const KernelArgs& a, const Chunk& k,
     }
 }
 
-// Every entry's row fields, the write entries then the read entries, a thread an entry.
+// Every entry's row fields, the write entries then the read entries, a thread an entry; shift:
+// the compact logs' (LeanShared::shift).
 template <typename Id, typename Value, bool PerWrite>
-__device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const LeanArrays& arr) {
+__device__ __forceinline__ void write_records(const KernelArgs& a, const Chunk& k, const LeanArrays& arr, int shift) {
     const KernelShape& s = a.s;
     const int WR = s.W + s.R;
     for (int x = threadIdx.x; x < s.C * s.W; x += blockDim.x) {
         const int t = static_cast<int>(a.div.W.div(x)), lane = x - t * s.W;
-        write_k_row<Id, Value, PerWrite>(a, k, arr, KeyEntry{t * WR + lane, t, lane, false}, t < k.t_valid);
+        write_k_row<Id, Value, PerWrite>(a, k, arr, KeyEntry{t * WR + lane, t, lane, false}, t < k.t_valid, shift);
     }
     for (int x = threadIdx.x; x < s.C * s.R; x += blockDim.x) {
         const int t = static_cast<int>(a.div.R.div(x)), lane = x - t * s.R;

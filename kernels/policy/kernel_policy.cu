@@ -209,14 +209,12 @@ std::string lean_refusal(const KernelShape& s) {
 }
 
 // What the plan's det_fields ask of the lean layout: the row fields past the spay rows run
-// stage "records"; krec and kspa keep two record words a grouped entry; the tile and dc
-// indices count the groups' first writes.
+// stage "records"; the tile and dc indices count the groups' first writes.
 LeanFields lean_fields(int64_t det_fields) {
     const auto has = [det_fields](int64_t bits) { return (det_fields & bits) != 0; };
     LeanFields f{};
-    f.row_records = has(SDM_P1_DET_KREC | SDM_P1_DET_KSPA);
     f.group_firsts = has(SDM_P1_DET_TILES | SDM_P1_DET_DC_GIDX);
-    f.row_fields = f.row_records || f.group_firsts || has(SDM_P1_DET_QREC | SDM_P1_DET_QREC8);
+    f.row_fields = f.group_firsts || has(SDM_P1_DET_KREC | SDM_P1_DET_KSPA | SDM_P1_DET_QREC | SDM_P1_DET_QREC8);
     return f;
 }
 
@@ -242,8 +240,7 @@ int lean_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts, F
     for (int blocks = 4; blocks >= 1; --blocks) {
         const size_t room = limits.room(blocks);
         if (room <= fixed) continue;
-        const uint32_t grouped =
-            static_cast<uint32_t>(std::min<size_t>(want, (room - fixed) / lean_grouped_bytes(fields.row_records)));
+        const uint32_t grouped = static_cast<uint32_t>(std::min<size_t>(want, (room - fixed) / kLeanGroupedBytes));
         if (grouped < least) continue;
         LeanLayout l = lean_layout(s.C, s.W, s.R, per_token, threads, grouped, fields);
         while (l.smem_bytes > room && l.max_grouped > least) {   // the records' alignment
