@@ -10,7 +10,10 @@
 // is the value itself, scaled_f32(v, 1.0)); a grouped entry reads what stage "groups" kept
 // (rcpe, rscaled) and takes its krec and kspa exponentials from its compact log and its
 // group's total (glog), so the records take no shared memory of their own. The bits are those
-// of write_entry_outputs: the same functions of the same exact values.
+// of write_entry_outputs: the same functions of the same exact values. The policy gives
+// plans that ask for kspa to the general kernel for now (every field on S1 ran 16 % slower
+// here, session 26, cause not yet profiled), so the kspa words below run only once that rule
+// goes; they were held to the CPU's bits on a GPU before it (test_cuda, session 26).
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_RECORDS_CUH
 #define SDM_P1_KERNELS_LEAN_LEAN_RECORDS_CUH
 

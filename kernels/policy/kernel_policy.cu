@@ -232,7 +232,8 @@ int lean_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts, F
     // sets (S1 det_fields 952 -4 %, 2872 -14 %; S6 -35 %, -41 %) but every field, kspa with
     // them, ran S1 16 % slower; so plans asking for kspa keep the general kernel.
     if ((p.det_fields & SDM_P1_DET_KSPA) != 0) {
-        f->lean.why = "none: kspa requested (the general kernel writes it faster: every field on S1, 2.18 against 2.52 ms)";
+        f->lean.why =
+            "none: kspa requested (the general kernel writes it faster: every field on S1, 2.18 against 2.52 ms)";
         return 0;
     }
     const LeanFields fields = lean_fields(p.det_fields);

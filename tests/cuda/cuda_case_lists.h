@@ -982,19 +982,21 @@ inline CaseList lean_skewed_cases(const ListOptions& o) {
 }
 
 // The lean kernel's stage "records" (kernels/lean/lean_records.cuh): the training field sets
-// (296, 952, 2872, kShippedWithRecords and every field) and each row field alone, on lone
+// (296, 952, 2872, every field but kspa) and each row field alone, on lone
 // entries (uniform ids as S1 and S6 draw them), on grouped ones (pairs, shared slots, token
 // repeats, a bucket at the limit, a chunk left to the general kernel beside lean ones), with
 // per-write gates and int64 ids, bfloat16, NaN and infinite values, subnormal gates, small
 // tiles (L 1, 5, 32: a tile at every K-row index, tiles that split groups), lanes that are not
-// a multiple of 4, no read groups, short last chunks and per-stream lengths.
+// a multiple of 4, no read groups, short last chunks and per-stream lengths. The sets with
+// kspa (kShippedWithRecords, every field, kspa alone) check the general kernel in such plans.
 inline CaseList lean_record_cases(const ListOptions& o) {
     const int64_t big = 1 << 17;
-    const int64_t all = SDM_P1_DET_ALL, t952 = 952, t2872 = 2872;
+    // every field the lean kernel serves (a plan asking for kspa keeps the general kernel)
+    const int64_t all = SDM_P1_DET_ALL & ~SDM_P1_DET_KSPA, t952 = 952, t2872 = 2872;
     CaseList c;
-    for (int64_t det : {int64_t{296}, t952, t2872, kShippedWithRecords, all, int64_t{SDM_P1_DET_KREC},
-                        int64_t{SDM_P1_DET_KSPA}, int64_t{SDM_P1_DET_QREC}, int64_t{SDM_P1_DET_TILES},
-                        int64_t{SDM_P1_DET_DC_GIDX}, int64_t{SDM_P1_DET_QREC8}}) {
+    for (int64_t det : {int64_t{296}, t952, t2872, kShippedWithRecords, all, int64_t{SDM_P1_DET_ALL},
+                        int64_t{SDM_P1_DET_KREC}, int64_t{SDM_P1_DET_KSPA}, int64_t{SDM_P1_DET_QREC},
+                        int64_t{SDM_P1_DET_TILES}, int64_t{SDM_P1_DET_DC_GIDX}, int64_t{SDM_P1_DET_QREC8}}) {
         c.push_back(spec("S1-det" + std::to_string(det), 4, 64, 32, 32, 65536)
                         .streams(2, 65536)
                         .key_mode(Keys::Distinct)
