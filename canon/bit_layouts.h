@@ -71,6 +71,14 @@ SDM_HD int32_t sorted_element(uint32_t payload, uint32_t before, uint32_t after,
     return static_cast<int32_t>(e);
 }
 
+// A tile index (tiles_k, tiles_q) of a kind's row of n entries, at row index j, the first of
+// its tile: j where its entry starts its group (first), else the row index past its group
+// (its `after` peers later; n at most).
+SDM_HD int32_t tile_start(bool first, int64_t j, uint32_t after, int64_t n) {
+    const int64_t next = j + after + 1;
+    return static_cast<int32_t>(first ? j : (next < n ? next : n));
+}
+
 }   // namespace sdm_p1
 
 #endif   // SDM_P1_CANON_BIT_LAYOUTS_H

@@ -102,10 +102,7 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
         if (row && (out.tiles_k || out.segb_k) && f.tile.mod(e.row_index) == 0u) {
             const int ntk = (nk + f.L - 1) / f.L;
             const int64_t tile = f.c * (ntk + 1) + static_cast<int64_t>(f.tile.div(e.row_index));
-            if (out.tiles_k) {
-                const int64_t next = j + e.after + 1u;
-                out.tiles_k[tile] = first ? static_cast<int32_t>(j) : static_cast<int32_t>(next < nk ? next : nk);
-            }
+            if (out.tiles_k) out.tiles_k[tile] = tile_start(first, j, e.after, nk);
             if (out.segb_k) out.segb_k[tile] = e.groups_before;
         }
         if (entry && out.dc_kpos) out.dc_kpos[o] = (valid && e.before == 0u) ? e.groups_before : -1;
@@ -130,9 +127,8 @@ SDM_HD void write_entry_outputs(const OutputBuffers& out, const ChunkFacts& f, c
         if (row && out.qrec8) put_record2(out.qrec8, cr + j, slot, qw);
         if (row && out.tiles_q && f.tile.mod(e.row_index) == 0u) {
             const int ntq = (nq + f.L - 1) / f.L;
-            const int64_t next = j + e.after + 1u;
             out.tiles_q[f.c * (ntq + 1) + static_cast<int64_t>(f.tile.div(e.row_index))] =
-                first ? static_cast<int32_t>(j) : static_cast<int32_t>(next < nq ? next : nq);
+                tile_start(first, j, e.after, nq);
         }
     }
 }

@@ -124,8 +124,7 @@ __device__ __forceinline__ void write_k_row(const KernelArgs& a, const Chunk& k,
     const int32_t groups_before = static_cast<int32_t>(marked_before(arr.fmask, arr.fpre, x.r));
     if (out.tiles_k && a.div.tile.mod(j) == 0u) {
         const int64_t tile = k.c * ((nk + s.rec_tile - 1) / s.rec_tile + 1) + a.div.tile.div(j);
-        const int64_t next = static_cast<int64_t>(j) + x.after + 1;
-        out.tiles_k[tile] = (elem & kSortedFirst) ? static_cast<int32_t>(j) : static_cast<int32_t>(min(next, nk));
+        out.tiles_k[tile] = tile_start((elem & kSortedFirst) != 0, j, x.after, nk);
         if (out.segb_k) out.segb_k[tile] = groups_before;
     }
     if (out.dc_kpos) out.dc_kpos[(k.c * s.C + y.t) * s.W + y.lane] = valid && x.before == 0u ? groups_before : -1;
@@ -153,9 +152,8 @@ __device__ __forceinline__ void write_q_row(const KernelArgs& a, const Chunk& k,
         if (out.qrec8) put_record2(out.qrec8, at, slot, q_w);
     }
     if (out.tiles_q && a.div.tile.mod(j) == 0u) {
-        const int64_t next = static_cast<int64_t>(j) + x.after + 1;
         out.tiles_q[k.c * ((nq + s.rec_tile - 1) / s.rec_tile + 1) + a.div.tile.div(j)] =
-            (elem & kSortedFirst) ? static_cast<int32_t>(j) : static_cast<int32_t>(min(next, nq));
+            tile_start((elem & kSortedFirst) != 0, j, x.after, nq);
     }
 }
 

@@ -188,7 +188,7 @@ std::string lean_kernel(const KernelShape& s, bool row_fields) {
 // The lean kernel serves plans whose slots outnumber a chunk's entries eightfold (uniform ids
 // then leave about a ninth of the entries in groups), with chunks of up to 16 * kLeanMaxThreads
 // entries and 32-bit sort keys whose bucket bits are slot bits (so a slot's entries share a
-// bucket), whatever their fields. Other data (hot or skewed slots in such a plan) is found per
+// bucket), whatever their fields (but kspa: lean_stage). Other data (hot or skewed slots in such a plan) is found per
 // chunk and left to the general kernel. Empty: it serves the plan; else why not.
 std::string lean_refusal(const KernelShape& s) {
     const int64_t n = static_cast<int64_t>(s.C) * (s.W + s.R);
