@@ -17,26 +17,19 @@ using BackwardKernel = void (*)(BackwardArgs);
 ForwardKernel forward_kernel(const KernelChoice& c) { return reinterpret_cast<ForwardKernel>(c.address); }
 BackwardKernel backward_kernel(const KernelChoice& c) { return reinterpret_cast<BackwardKernel>(c.address); }
 
-// Whether the lean kernel may load the ids 16 bytes at a time: whole vectors a token's
-// lanes, aligned arrays.
-bool lean_ids_vectorized(const KernelShape& s, const void* k_idx, const void* q_idx) {
-    const int v = s.idx64 ? 2 : 4;
+// Whether the lean kernel's vector form may run on these arrays (the plan's shape allows it:
+// ForwardKernels::lean_scalar): the ids, values, gates and entry fields 16-byte aligned.
+bool lean_arrays_aligned(const KernelArgs& a) {
     const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0u; };
-    return s.W % v == 0 && s.R % v == 0 && aligned(k_idx) && aligned(q_idx);
-}
-
-// Whether the lean kernel's entry writer may take four lanes at a time: a token's lanes in
-// whole fours, and the values, gates and entry fields 16-byte aligned.
-bool lean_entries_vectorized(const KernelShape& s, const void* k_val, const void* q_val, const float* g,
-                             const OutputBuffers& out) {
-    const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0u; };
-    const void* const fields[] = {k_val,     q_val,     g,         out.log_k,   out.rex,
-                                  out.cpe,   out.k_eff, out.pos_k, out.is_last, out.is_only,
-                                  out.log_q, out.q_w,   out.pos_q, out.q_last,  out.q_only};
-    for (const void* p : fields) {
+    const OutputBuffers& out = a.out;
+    const void* const arrays[] = {a.k_idx,   a.q_idx,     a.k_val,     a.q_val,     a.g,
+                                  out.log_k, out.rex,     out.cpe,     out.k_eff,   out.pos_k,
+                                  out.is_last, out.is_only, out.log_q, out.q_w,     out.pos_q,
+                                  out.q_last,  out.q_only};
+    for (const void* p : arrays) {
         if (!aligned(p)) return false;   // null (a field not requested) is aligned
     }
-    return s.W % 4 == 0 && s.R % 4 == 0;
+    return true;
 }
 
 // Launches the chosen kernel c after the stream's previous kernel: a programmatic dependent
@@ -90,12 +83,10 @@ int launch(const KernelPolicy& policy, const KernelArgs& args, void* stream) {
     const ForwardKernel general = forward_kernel(f.general);
     if (f.lean.launched()) {
         // The lean kernel first; the general kernel computes the chunks it leaves (general_chunks).
-        KernelArgs a = args;
-        a.lean_vec_ids = lean_ids_vectorized(a.s, a.k_idx, a.q_idx);
-        a.lean_vec_entries = lean_entries_vectorized(a.s, a.k_val, a.q_val, a.g, a.out);
-        forward_kernel(f.lean)<<<f.lean.grid, f.lean.threads, f.lean.smem_bytes, st>>>(a);
+        const KernelChoice& lean = f.lean_scalar.launched() && !lean_arrays_aligned(args) ? f.lean_scalar : f.lean;
+        forward_kernel(lean)<<<lean.grid, lean.threads, lean.smem_bytes, st>>>(args);
         e = cudaGetLastError();
-        if (e == cudaSuccess) e = launch_after_previous(general, f.general, f.dependent_launch, a, st);
+        if (e == cudaSuccess) e = launch_after_previous(general, f.general, f.dependent_launch, args, st);
     } else {
         general<<<f.general.grid, f.general.threads, f.general.smem_bytes, st>>>(args);
         e = cudaGetLastError();

@@ -157,8 +157,6 @@ struct KernelArgs {
     // words), which then computes only those; null: the main kernel computes every chunk.
     unsigned long long* general_chunks;
     LeanLayout lean;         // the lean kernel's layout (lean.threads == 0: none)
-    bool lean_vec_ids;       // the ids allow the lean kernel's 16-byte loads
-    bool lean_vec_entries;   // values, gates and entry fields allow its 4-lane accesses
     // The spread path (kernels/spread/README.md): its layout (spread.capacity == 0: none) and
     // its slots (spread.capacity * spread.slot_bytes bytes of the workspace).
     SpreadLayout spread;

@@ -39,8 +39,11 @@ __device__ __forceinline__ bool leave_chunk(const KernelArgs& a, int64_t c, cons
 // 16 keys a thread need without spills) or kLeanMaxThreads (64 registers). RowFields: the
 // plan requests fields past the shipped set (LeanLayout::row_fields), written by stage
 // "records"; the other plans' kernels carry none of its code (compiled in, unrun, it cost
-// them 3-6 %: S1, S3, S5 on an H100).
-template <typename Id, typename Value, bool PerWrite, int MaxThreads, bool RowFields = false>
+// them 3-6 %: S1, S3, S5 on an H100). Vectors: ids loaded 16 bytes at a time and entries
+// written four lanes at a time (plans whose W and R are multiples of 4, arrays 16-byte
+// aligned), else one at a time; one width an instantiation, as the scalar copy compiled
+// beside the vector one cost the vector kernels' instruction cache (docs/performance.md).
+template <typename Id, typename Value, bool PerWrite, int MaxThreads, bool RowFields = false, bool Vectors = true>
 __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 : 1)
     lean_kernel(const __grid_constant__ KernelArgs a) {
     extern __shared__ __align__(16) char smem[];
@@ -65,7 +68,7 @@ __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 
         // take theirs.
         load_gates<PerWrite>(a, k, arr, sh);
         ThreadKeys keys;
-        load_keys<Id>(a, k, sh, keys);
+        load_keys<Id, Vectors>(a, k, sh, keys);
         prefetch_chunk(a, c + gridDim.x);
         __syncthreads();
         if (sh.bad_ids) {   // bad ids: recorded from memory, so the keys are not live here
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(MaxThreads, MaxThreads == kLeanSmallBlock ? 3 
         __syncthreads();
         pair_cells(a, k, arr);
         write_rows(a, k, arr);
-        write_entries<Value, PerWrite>(a, k, arr);
+        write_entries<Value, PerWrite, Vectors>(a, k, arr);
         if constexpr (RowFields) write_records<Id, Value, PerWrite>(a, k, arr, sh.shift);
         if (threadIdx.x == 0 && sh.base.repeats != 0u) {
             atomicAdd(reinterpret_cast<unsigned long long*>(a.out.repeats),

@@ -119,13 +119,11 @@ __device__ __forceinline__ void load_keys_v(const KernelArgs& a, const Chunk& k,
     tk.valid = valid;
 }
 
-template <typename Id>
+// Vectors: the instantiation's width (16 bytes a load, or one id), chosen by the policy
+// from the shape and at launch from the arrays' alignment (kernels/launch.cu).
+template <typename Id, bool Vectors>
 __device__ __forceinline__ void load_keys(const KernelArgs& a, const Chunk& k, LeanShared& sh, ThreadKeys& tk) {
-    if (a.lean_vec_ids) {
-        load_keys_v<Id, 16 / sizeof(Id)>(a, k, sh, tk);
-    } else {
-        load_keys_v<Id, 1>(a, k, sh, tk);
-    }
+    load_keys_v<Id, Vectors ? static_cast<int>(16 / sizeof(Id)) : 1>(a, k, sh, tk);
 }
 
 // The gates: checked, their lowest and highest bits (the log form, log_shift), and with

@@ -1,7 +1,7 @@
 // Lean stage "entries" (the twin of the entry fields of the general kernel's stage "records",
 // kernels/general/stage_records.cuh, and of the CPU's write_records in src/cpu/chunk_stages.h): every per-entry output in entry order, V consecutive lanes
-// a thread (4 where the lanes and buffers allow: one 16-, 8- or 4-byte store a field per four
-// entries, else 1). An entry alone in its group is served from its token's gate (the table,
+// a thread (4 in the vector instantiations: one 16-, 8- or 4-byte store a field per four
+// entries; 1 in the scalar ones). An entry alone in its group is served from its token's gate (the table,
 // or its own gate with per-write gates): log = the gate, rex = 0, cpe and k_eff from exp of
 // the gate; a read alone has log 0, so q_w is its value (rounded as the general path rounds
 // it: scaled_f32(v, 1.0)). A grouped entry reads its records (stage "groups"); a padding
@@ -191,13 +191,10 @@ __device__ __forceinline__ void write_entries_v(const KernelArgs& a, const Chunk
     }
 }
 
-template <typename Value, bool PerWrite>
+// Vectors: four lanes a thread, else one (the instantiation's width, as load_keys's).
+template <typename Value, bool PerWrite, bool Vectors>
 __device__ __forceinline__ void write_entries(const KernelArgs& a, const Chunk& k, const LeanArrays& arr) {
-    if (a.lean_vec_entries) {
-        write_entries_v<Value, PerWrite, 4>(a, k, arr);
-    } else {
-        write_entries_v<Value, PerWrite, 1>(a, k, arr);
-    }
+    write_entries_v<Value, PerWrite, Vectors ? 4 : 1>(a, k, arr);
 }
 
 }   // namespace lean

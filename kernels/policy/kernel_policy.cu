@@ -176,14 +176,20 @@ int general_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts
 
 // ---- stage: lean -----------------------------------------------------------------------
 
-// The lean kernel's instantiation: lean::lean_kernel<Id, Value, PerWrite, Threads[, true]>,
-// by the plan's form (id type, value type, gate width), block bound and whether stage
-// "records" writes fields past the shipped set.
-std::string lean_kernel(const KernelShape& s, bool row_fields) {
+// The lean kernel's instantiation: lean::lean_kernel<Id, Value, PerWrite, Threads[, RowFields
+// [, false]]>, by the plan's form (id type, value type, gate width), block bound, whether stage
+// "records" writes fields past the shipped set, and the vector width (16-byte id loads and
+// four-lane entry stores, or the scalar form: `vectors` false).
+std::string lean_kernel(const KernelShape& s, bool row_fields, bool vectors) {
     const bool small = lean_threads(s.C * (s.W + s.R)) <= kLeanSmallBlock;
+    const char* const tail = vectors ? (row_fields ? ", true" : "") : (row_fields ? ", true, false" : ", false, false");
     return format("lean::lean_kernel<%s, %s, %s, %d%s>", s.idx64 ? "int64_t" : "int32_t", s.bf16 ? "uint16_t" : "float",
-                  boolean(s.gate_width != 1), small ? kLeanSmallBlock : kLeanMaxThreads, row_fields ? ", true" : "");
+                  boolean(s.gate_width != 1), small ? kLeanSmallBlock : kLeanMaxThreads, tail);
 }
+
+// Whether a plan's lean kernel is the vector form: every token's lanes in whole vectors of
+// four entries (and of 16 bytes of ids: 4 int32 or 2 int64 ids).
+bool lean_vectors(const KernelShape& s) { return s.W % 4 == 0 && s.R % 4 == 0; }
 
 // The lean kernel serves plans whose slots outnumber a chunk's entries eightfold (uniform ids
 // then leave about a ninth of the entries in groups), with chunks of up to 16 * kLeanMaxThreads
@@ -223,6 +229,8 @@ LeanFields lean_fields(int64_t det_fields) {
 int lean_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts, ForwardKernels* f) {
     const KernelShape& s = f->shape;
     f->lean_layout = LeanLayout{};
+    f->lean_scalar = KernelChoice{};
+    f->lean_scalar.why = lean_vectors(s) ? "none: no lean kernel" : "none: the lean kernel is the scalar form itself";
     const std::string refusal = lean_refusal(s);
     if (!refusal.empty()) {
         f->lean.why = "none: " + refusal;
@@ -237,11 +245,20 @@ int lean_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts, F
         return 0;
     }
     const LeanFields fields = lean_fields(p.det_fields);
-    const std::string kernel = lean_kernel(s, fields.row_fields);
+    const bool vectors = lean_vectors(s);
+    const std::string kernel = lean_kernel(s, fields.row_fields, vectors);
     const int n = s.C * (s.W + s.R), threads = lean_threads(n);
     SmemLimits limits{};
     int e = facts.raise_smem_limit(kernel, &limits);
     if (e != 0) return e;
+    // The scalar form beside a vector one, for executes on arrays that are not 16-byte
+    // aligned: the same layout (its registers may differ; the grid is persistent either way).
+    const std::string scalar = vectors ? lean_kernel(s, fields.row_fields, false) : std::string();
+    if (vectors) {
+        SmemLimits scalar_limits{};
+        e = facts.raise_smem_limit(scalar, &scalar_limits);
+        if (e != 0) return e;
+    }
     const bool per_token = s.gate_width == 1;
     const size_t fixed = lean_fixed_bytes(s.C, s.W, s.R, per_token, threads, fields);
     const uint32_t want = static_cast<uint32_t>(std::max(n / 4, 4)), least = static_cast<uint32_t>(std::max(n / 8, 1));
@@ -268,12 +285,18 @@ int lean_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts, F
         f->lean.grid = l.grid;
         f->lean.threads = l.threads;
         f->lean.smem_bytes = l.smem_bytes;
+        if (vectors) {
+            f->lean_scalar = f->lean;
+            f->lean_scalar.kernel = scalar;
+            f->lean_scalar.why = "the lean kernel's scalar form, for arrays that are not 16-byte aligned";
+        }
         f->lean.why = format(
             "%s, n = %d <= %d, num_keys = %lld >= 8 n, %d-bit sort keys; %s an SM, room for %u "
-            "grouped entries a chunk",
+            "grouped entries a chunk; %s",
             fields.row_fields ? "fields past the shipped set (stage records)" : "the shipped fields", n,
             kLeanKeysPerThread * kLeanMaxThreads, static_cast<long long>(s.num_keys), entry_bits + slot_bits,
-            count(blocks, "block").c_str(), l.max_grouped);
+            count(blocks, "block").c_str(), l.max_grouped,
+            vectors ? "16-byte loads and stores (W and R multiples of 4)" : "scalar (W or R not a multiple of 4)");
         return 0;
     }
     f->lean.why = "none: no block's share of shared memory holds the arrays and n / 8 grouped entries";

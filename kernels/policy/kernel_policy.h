@@ -86,6 +86,10 @@ struct KernelChoice {
 struct ForwardKernels {
     KernelShape shape;   // the plan's, with the forms chosen
     KernelChoice lean, general, wide_log, spread, spread_split;
+    // The lean kernel's scalar form (one id and one entry lane a thread at a time) beside a
+    // vector one in `lean`, for the executes whose arrays are not 16-byte aligned (launch.cu);
+    // not launched where `lean` is itself scalar (W or R not a multiple of 4) or none.
+    KernelChoice lean_scalar;
     bool narrow_counts;           // the chunk's counts and positions in 16 bits (n < 2^16)
     bool on_chip;                 // the general kernel's core arrays in shared memory
     bool dependent_launch;        // programmatic dependent launches (sm_90 on)

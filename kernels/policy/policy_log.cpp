@@ -49,6 +49,7 @@ std::string policy_log(const PlanRequest& plan, const KernelPolicy& policy) {
     }
     out += "\n";
     append_stage(out, "lean", f.lean);
+    if (f.lean_scalar.launched()) append_stage(out, "lean unaligned", f.lean_scalar);
     append_stage(out, "general", f.general);
     append_stage(out, "wide-log", f.wide_log);
     append_stage(out, "spread", f.spread);

@@ -29,7 +29,7 @@ public:
     std::set<std::string> asked;           // every kernel the policy asked about
 
     static int registers(const std::string& k) {
-        if (k.rfind("lean::", 0) == 0) return k.find(", 256>") != std::string::npos ? 80 : 64;
+        if (k.rfind("lean::", 0) == 0) return k.find(", 256>") != std::string::npos || k.find(", 256,") != std::string::npos ? 80 : 64;
         if (k.rfind("lbwd::", 0) == 0) return k.find(", 256>") != std::string::npos ? 80 : 64;
         if (k.rfind("spread_kernel", 0) == 0) return k.find(", true>") != std::string::npos ? 80 : 60;
         return 128;   // the general kernel (one 512-thread block or two 256-thread ones an SM), the backward
@@ -115,8 +115,8 @@ bool listed(const std::string& kernel) { return kernel_address(kernel) != nullpt
 
 // The stages of a policy (the backward's where the plan has one).
 std::vector<const KernelChoice*> stages(const KernelPolicy& k) {
-    std::vector<const KernelChoice*> v = {&k.forward.lean, &k.forward.general, &k.forward.wide_log, &k.forward.spread,
-                                          &k.forward.spread_split};
+    std::vector<const KernelChoice*> v = {&k.forward.lean,     &k.forward.lean_scalar,  &k.forward.general,
+                                          &k.forward.wide_log, &k.forward.spread,       &k.forward.spread_split};
     if (k.backward) {
         v.insert(v.end(), {&k.backward_kernels.lean, &k.backward_kernels.general, &k.backward_kernels.general_sort});
     }
@@ -284,7 +284,33 @@ void test_lean_forms() {
     x.idx64 = x.bf16 = x.per_write = true;
     const KernelPolicy k = choose(x);
     CHECK(k.forward.lean.kernel == "lean::lean_kernel<int64_t, uint16_t, true, 256>");
+    CHECK(k.forward.lean_scalar.kernel == "lean::lean_kernel<int64_t, uint16_t, true, 256, false, false>");
     check_listed(k);
+}
+
+// One vector width an instantiation: W and R multiples of 4 get the vector form and its scalar
+// twin for unaligned arrays (the same layout and grid); other shapes the scalar form alone.
+void test_lean_vector_widths() {
+    const KernelPolicy s1 = choose(Shape{8192, 64, 32, 32, 65536});
+    const ForwardKernels& f = s1.forward;
+    CHECK(f.lean.kernel == "lean::lean_kernel<int32_t, float, false, 256>");
+    CHECK(f.lean_scalar.kernel == "lean::lean_kernel<int32_t, float, false, 256, false, false>");
+    CHECK(f.lean_scalar.grid == f.lean.grid && f.lean_scalar.threads == f.lean.threads &&
+          f.lean_scalar.smem_bytes == f.lean.smem_bytes);
+    CHECK(contains(f.lean.why, "16-byte loads and stores (W and R multiples of 4)"));
+    check_listed(s1);
+    for (const int w : {6, 30, 31}) {
+        const KernelPolicy odd = choose(Shape{8192, 64, w, 32, 65536});
+        CHECK_MSG(odd.forward.lean.kernel == "lean::lean_kernel<int32_t, float, false, 256, false, false>",
+                  std::to_string(w).c_str());
+        CHECK(!odd.forward.lean_scalar.launched() && contains(odd.forward.lean.why, "scalar (W or R not a multiple of 4)"));
+        check_listed(odd);
+    }
+    Shape s6{128, 128, 64, 62, 262144};
+    s6.det_fields = SDM_P1_DET_SHIPPED | SDM_P1_DET_KREC;
+    const KernelPolicy rec = choose(s6);
+    CHECK(rec.forward.lean.kernel == "lean::lean_kernel<int32_t, float, false, 1024, true, false>");
+    check_listed(rec);
 }
 
 // The backward (kernels/backward/lean/README.md): the lean backward for chunks of up to
@@ -369,7 +395,7 @@ void test_every_choice_is_listed() {
             CHECK_MSG(chosen.count(g.entries[i].name) == 1, g.entries[i].name);
         }
     }
-    CHECK(listed_count == 68);
+    CHECK(listed_count == 100);
 }
 
 // SDMP1_LOG's lines: the plan's launches as before, then each stage's instantiation and why.
@@ -412,6 +438,7 @@ int main() {
     RUN(test_records_sort_the_rows);
     RUN(test_large_chunks_count_in_32_bits);
     RUN(test_lean_forms);
+    RUN(test_lean_vector_widths);
     RUN(test_backward_kernels);
     RUN(test_workspace_carve_out);
     RUN(test_every_choice_is_listed);
