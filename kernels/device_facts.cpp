@@ -69,7 +69,8 @@ int plan_kernels(const PlanRequest& plan, int device, KernelPolicy* policy, bool
     if (chosen != 0) return chosen;
     ForwardKernels& f = k.forward;
     BackwardKernels& b = k.backward_kernels;
-    if (!bind(f.lean) || !bind(f.lean_scalar) || !bind(f.general) || !bind(f.wide_log) || !bind(f.spread) || !bind(f.spread_split))
+    if (!bind(f.lean) || !bind(f.lean_scalar) || !bind(f.general) || !bind(f.wide_log) || !bind(f.spread) ||
+        !bind(f.spread_split))
         return cudaErrorInvalidDeviceFunction;
     *in_backward = true;
     if (!bind(b.lean) || !bind(b.general) || !bind(b.general_sort)) return cudaErrorInvalidDeviceFunction;

@@ -22,10 +22,9 @@ BackwardKernel backward_kernel(const KernelChoice& c) { return reinterpret_cast<
 bool lean_arrays_aligned(const KernelArgs& a) {
     const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0u; };
     const OutputBuffers& out = a.out;
-    const void* const arrays[] = {a.k_idx,   a.q_idx,     a.k_val,     a.q_val,     a.g,
-                                  out.log_k, out.rex,     out.cpe,     out.k_eff,   out.pos_k,
-                                  out.is_last, out.is_only, out.log_q, out.q_w,     out.pos_q,
-                                  out.q_last,  out.q_only};
+    const void* const arrays[] = {a.k_idx,   a.q_idx, a.k_val,   a.q_val,    a.g,         out.log_k,
+                                  out.rex,   out.cpe, out.k_eff, out.pos_k,  out.is_last, out.is_only,
+                                  out.log_q, out.q_w, out.pos_q, out.q_last, out.q_only};
     for (const void* p : arrays) {
         if (!aligned(p)) return false;   // null (a field not requested) is aligned
     }

@@ -156,7 +156,7 @@ struct KernelArgs {
     // Plans with a lean kernel (kernels/lean/): the chunks it left to the main kernel (N
     // words), which then computes only those; null: the main kernel computes every chunk.
     unsigned long long* general_chunks;
-    LeanLayout lean;         // the lean kernel's layout (lean.threads == 0: none)
+    LeanLayout lean;   // the lean kernel's layout (lean.threads == 0: none)
     // The spread path (kernels/spread/README.md): its layout (spread.capacity == 0: none) and
     // its slots (spread.capacity * spread.slot_bytes bytes of the workspace).
     SpreadLayout spread;

@@ -29,7 +29,8 @@ public:
     std::set<std::string> asked;           // every kernel the policy asked about
 
     static int registers(const std::string& k) {
-        if (k.rfind("lean::", 0) == 0) return k.find(", 256>") != std::string::npos || k.find(", 256,") != std::string::npos ? 80 : 64;
+        if (k.rfind("lean::", 0) == 0)
+            return k.find(", 256>") != std::string::npos || k.find(", 256,") != std::string::npos ? 80 : 64;
         if (k.rfind("lbwd::", 0) == 0) return k.find(", 256>") != std::string::npos ? 80 : 64;
         if (k.rfind("spread_kernel", 0) == 0) return k.find(", true>") != std::string::npos ? 80 : 60;
         return 128;   // the general kernel (one 512-thread block or two 256-thread ones an SM), the backward
@@ -115,8 +116,8 @@ bool listed(const std::string& kernel) { return kernel_address(kernel) != nullpt
 
 // The stages of a policy (the backward's where the plan has one).
 std::vector<const KernelChoice*> stages(const KernelPolicy& k) {
-    std::vector<const KernelChoice*> v = {&k.forward.lean,     &k.forward.lean_scalar,  &k.forward.general,
-                                          &k.forward.wide_log, &k.forward.spread,       &k.forward.spread_split};
+    std::vector<const KernelChoice*> v = {&k.forward.lean,     &k.forward.lean_scalar, &k.forward.general,
+                                          &k.forward.wide_log, &k.forward.spread,      &k.forward.spread_split};
     if (k.backward) {
         v.insert(v.end(), {&k.backward_kernels.lean, &k.backward_kernels.general, &k.backward_kernels.general_sort});
     }
@@ -303,7 +304,8 @@ void test_lean_vector_widths() {
         const KernelPolicy odd = choose(Shape{8192, 64, w, 32, 65536});
         CHECK_MSG(odd.forward.lean.kernel == "lean::lean_kernel<int32_t, float, false, 256, false, false>",
                   std::to_string(w).c_str());
-        CHECK(!odd.forward.lean_scalar.launched() && contains(odd.forward.lean.why, "scalar (W or R not a multiple of 4)"));
+        CHECK(!odd.forward.lean_scalar.launched() &&
+              contains(odd.forward.lean.why, "scalar (W or R not a multiple of 4)"));
         check_listed(odd);
     }
     Shape s6{128, 128, 64, 62, 262144};
