@@ -11,9 +11,9 @@
 // (rcpe, rscaled) and takes its krec and kspa exponentials from its compact log and its
 // group's total (glog), so the records take no shared memory of their own. The bits are those
 // of write_entry_outputs: the same functions of the same exact values. The policy gives
-// plans that ask for kspa to the general kernel for now (every field on S1 ran 16 % slower
-// here, session 26, cause not yet profiled), so the kspa words below run only once that rule
-// goes; they were held to the CPU's bits on a GPU before it (test_cuda, session 26).
+// plans asking for kspa and qrec together in the 256-thread form to the general kernel (every
+// field on S1 3.07 against 2.21 ms, H100, stop 54; the qrec records' cost there is not yet
+// profiled); the others' kspa words run here.
 #ifndef SDM_P1_KERNELS_LEAN_LEAN_RECORDS_CUH
 #define SDM_P1_KERNELS_LEAN_LEAN_RECORDS_CUH
 

@@ -194,7 +194,7 @@ bool lean_vectors(const KernelShape& s) { return s.W % 4 == 0 && s.R % 4 == 0; }
 // The lean kernel serves plans whose slots outnumber a chunk's entries eightfold (uniform ids
 // then leave about a ninth of the entries in groups), with chunks of up to 16 * kLeanMaxThreads
 // entries and 32-bit sort keys whose bucket bits are slot bits (so a slot's entries share a
-// bucket), whatever their fields (but kspa: lean_stage). Other data (hot or skewed slots in such a plan) is found per
+// bucket), whatever their fields (but kspa with qrec: lean_stage). Other data (hot or skewed slots in such a plan) is found per
 // chunk and left to the general kernel. Empty: it serves the plan; else why not.
 std::string lean_refusal(const KernelShape& s) {
     const int64_t n = static_cast<int64_t>(s.C) * (s.W + s.R);
@@ -236,18 +236,22 @@ int lean_stage(const PlanRequest& p, const DeviceFacts& d, KernelFacts& facts, F
         f->lean.why = "none: " + refusal;
         return 0;
     }
-    // Measured (session 26, H200): stage "records" beats the general kernel on the training
-    // sets (S1 det_fields 952 -4 %, 2872 -14 %; S6 -35 %, -41 %) but every field, kspa with
-    // them, ran S1 16 % slower; so plans asking for kspa keep the general kernel.
-    if ((p.det_fields & SDM_P1_DET_KSPA) != 0) {
+    // Measured (H100, stop 54: the lean kernel against the general one for each set): the
+    // lean kernel wins every set on the 1,024-thread form (S6: kspa alone -57 %, every field
+    // -10 %) and kspa without qrec on the 256-thread form (S1 det_fields 95: 1.40 against
+    // 1.87 ms), but loses where kspa and qrec come together on that form (S1 511: 2.52 against
+    // 2.17 ms; every field 3.07 against 2.21); so only those plans keep the general kernel.
+    const int n = s.C * (s.W + s.R), threads = lean_threads(n);
+    const bool qrec = (p.det_fields & (SDM_P1_DET_QREC | SDM_P1_DET_QREC8)) != 0;
+    if ((p.det_fields & SDM_P1_DET_KSPA) != 0 && qrec && threads <= kLeanSmallBlock) {
         f->lean.why =
-            "none: kspa requested (the general kernel writes it faster: every field on S1, 2.18 against 2.52 ms)";
+            "none: kspa with qrec in the 256-thread form (the general kernel writes them faster: "
+            "S1 every field 2.21 against 3.07 ms)";
         return 0;
     }
     const LeanFields fields = lean_fields(p.det_fields);
     const bool vectors = lean_vectors(s);
     const std::string kernel = lean_kernel(s, fields.row_fields, vectors);
-    const int n = s.C * (s.W + s.R), threads = lean_threads(n);
     SmemLimits limits{};
     int e = facts.raise_smem_limit(kernel, &limits);
     if (e != 0) return e;

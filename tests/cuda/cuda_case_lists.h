@@ -987,8 +987,10 @@ inline CaseList lean_skewed_cases(const ListOptions& o) {
 // repeats, a bucket at the limit, a chunk left to the general kernel beside lean ones), with
 // per-write gates and int64 ids, bfloat16, NaN and infinite values, subnormal gates, small
 // tiles (L 1, 5, 32: a tile at every K-row index, tiles that split groups), lanes that are not
-// a multiple of 4, no read groups, short last chunks and per-stream lengths. The sets with
-// kspa (kShippedWithRecords, every field, kspa alone) check the general kernel in such plans.
+// a multiple of 4, no read groups, short last chunks and per-stream lengths. kspa runs in the
+// lean kernel alone or beside other fields (kspa alone; pairs-kspa; S6's 1,024-thread form with
+// every field); with qrec on S1's 256-thread form (kShippedWithRecords, every field) the
+// general kernel computes such plans.
 inline CaseList lean_record_cases(const ListOptions& o) {
     const int64_t big = 1 << 17;
     // every field the lean kernel serves (a plan asking for kspa keeps the general kernel)
@@ -1011,6 +1013,13 @@ inline CaseList lean_record_cases(const ListOptions& o) {
                     .hits(0.05)
                     .gate_kind(Gates::Logsigmoid)
                     .fields(t2872));
+    c.push_back(spec("S6-bf16-every-field", 2, 128, 64, 64, 262144)
+                    .streams(2, 262144)
+                    .bfloat16()
+                    .key_mode(Keys::Distinct)
+                    .hits(0.2)
+                    .gate_kind(Gates::Mixed)
+                    .fields(SDM_P1_DET_ALL));
     c.push_back(spec("S6-f32-write-i64-all", 2, 128, 64, 64, 262144)
                     .ids64()
                     .gates_per_write()
@@ -1026,6 +1035,11 @@ inline CaseList lean_record_cases(const ListOptions& o) {
                     .gate_kind(Gates::Logsigmoid)
                     .bfloat16()
                     .fields(t952));
+    c.push_back(spec("pairs-kspa", 3, 64, 32, 32, big)
+                    .lean_chunks(Lean::Pairs, 256)
+                    .gate_kind(Gates::Mixed)
+                    .value_kind(Values::Mixed)
+                    .fields(SDM_P1_DET_SHIPPED | SDM_P1_DET_KSPA | SDM_P1_DET_KREC | SDM_P1_DET_TILES));
     c.push_back(spec("shared-all", 3, 64, 32, 32, big)
                     .lean_chunks(Lean::Shared, 3)
                     .gate_kind(Gates::Normal)

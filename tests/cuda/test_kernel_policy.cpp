@@ -213,21 +213,22 @@ void test_s8_gets_spread_slots() {
 // The training field sets (kernels/lean/lean_records.cuh): the lean kernel serves them, in
 // its instantiations with stage "records" (RowFields); the tile and dc indices take the
 // first-write masks, so their room for grouped entries shrinks a little; S6's chunks (16,384
-// entries, one 1,024-thread block an SM) still fit with n / 8. A plan asking for kspa keeps
-// the general kernel (measured faster there).
+// entries, one 1,024-thread block an SM) still fit with n / 8. A plan asking for kspa and
+// qrec together on the 256-thread form keeps the general kernel (measured faster there).
 void test_lean_serves_the_training_fields() {
     const Shape s1{8192, 64, 32, 32, 65536};
     const KernelPolicy shipped = choose(s1);
     CHECK(!shipped.forward.lean_layout.row_fields);
-    for (int64_t det : {int64_t{SDM_P1_DET_ALL}, int64_t{SDM_P1_DET_SHIPPED | SDM_P1_DET_KSPA}, int64_t{511}}) {
+    for (int64_t det : {int64_t{SDM_P1_DET_ALL}, int64_t{511}, int64_t{SDM_P1_DET_KSPA | SDM_P1_DET_QREC8}}) {
         const KernelPolicy k = choose(Shape{8192, 64, 32, 32, 65536, det});
-        CHECK_MSG(!k.forward.lean.launched() && contains(k.forward.lean.why, "none: kspa requested"),
+        CHECK_MSG(!k.forward.lean.launched() && contains(k.forward.lean.why, "none: kspa with qrec"),
                   std::to_string(det).c_str());
         CHECK(k.forward.general.kernel.find("phase1_kernel<") == 0);
         check_listed(k);
     }
     for (int64_t det : {int64_t{296}, int64_t{952}, int64_t{2872}, int64_t{SDM_P1_DET_ALL & ~SDM_P1_DET_KSPA},
-                        int64_t{SDM_P1_DET_QREC8}, int64_t{SDM_P1_DET_KREC}}) {
+                        int64_t{SDM_P1_DET_QREC8}, int64_t{SDM_P1_DET_KREC},
+                        int64_t{SDM_P1_DET_SHIPPED | SDM_P1_DET_KSPA}, int64_t{SDM_P1_DET_KSPA}}) {
         const KernelPolicy k = choose(Shape{8192, 64, 32, 32, 65536, det});
         const ForwardKernels& f = k.forward;
         CHECK_MSG(f.lean.kernel == "lean::lean_kernel<int32_t, float, false, 256, true>", std::to_string(det).c_str());
@@ -236,6 +237,13 @@ void test_lean_serves_the_training_fields() {
         CHECK(f.lean_layout.max_grouped >= 4096 / 8 && f.lean_layout.max_grouped <= 4096 / 4);
         CHECK((f.lean_layout.fpre - f.lean_layout.fmask != 0) == firsts);
         CHECK(f.lean_layout.max_grouped <= shipped.forward.lean_layout.max_grouped);
+        check_listed(k);
+    }
+    // The 1,024-thread form serves every set, kspa and qrec together included.
+    for (int64_t det : {int64_t{SDM_P1_DET_ALL}, int64_t{511}}) {
+        const KernelPolicy k = choose(Shape{128, 128, 64, 64, 262144, det});
+        CHECK_MSG(k.forward.lean.kernel == "lean::lean_kernel<int32_t, float, false, 1024, true>",
+                  std::to_string(det).c_str());
         check_listed(k);
     }
     const KernelPolicy s6 = choose(Shape{128, 128, 64, 64, 262144, 2872});
