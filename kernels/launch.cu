@@ -17,20 +17,6 @@ using BackwardKernel = void (*)(BackwardArgs);
 ForwardKernel forward_kernel(const KernelChoice& c) { return reinterpret_cast<ForwardKernel>(c.address); }
 BackwardKernel backward_kernel(const KernelChoice& c) { return reinterpret_cast<BackwardKernel>(c.address); }
 
-// Whether the lean kernel's vector form may run on these arrays (the plan's shape allows it:
-// ForwardKernels::lean_scalar): the ids, values, gates and entry fields 16-byte aligned.
-bool lean_arrays_aligned(const KernelArgs& a) {
-    const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0u; };
-    const OutputBuffers& out = a.out;
-    const void* const arrays[] = {a.k_idx,   a.q_idx, a.k_val,   a.q_val,    a.g,         out.log_k,
-                                  out.rex,   out.cpe, out.k_eff, out.pos_k,  out.is_last, out.is_only,
-                                  out.log_q, out.q_w, out.pos_q, out.q_last, out.q_only};
-    for (const void* p : arrays) {
-        if (!aligned(p)) return false;   // null (a field not requested) is aligned
-    }
-    return true;
-}
-
 // Launches the chosen kernel c after the stream's previous kernel: a programmatic dependent
 // launch where the device has them (sm_90 on), whose grid is launched while the previous one
 // runs and waits for it in griddepcontrol.wait (phase1_kernel), hiding the launch's latency;
@@ -52,6 +38,30 @@ cudaError_t launch_after_previous(void (*kernel)(Args), const KernelChoice& c, b
 }
 
 }   // namespace
+
+bool lean_arrays_aligned(const KernelArgs& a) {
+    const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0u; };
+    const OutputBuffers& out = a.out;
+    const void* const arrays[] = {a.k_idx,   a.q_idx, a.k_val,   a.q_val,    a.g,         out.log_k,
+                                  out.rex,   out.cpe, out.k_eff, out.pos_k,  out.is_last, out.is_only,
+                                  out.log_q, out.q_w, out.pos_q, out.q_last, out.q_only};
+    for (const void* p : arrays) {
+        if (!aligned(p)) return false;   // null (a field not requested) is aligned
+    }
+    return true;
+}
+
+BackwardSequence backward_sequence(const KernelPolicy& policy, const BackwardArgs& b) {
+    if (b.payload == nullptr) return BackwardSequence::Sort;
+    if (!policy.backward_kernels.lean.launched() || b.k.general_chunks == nullptr) return BackwardSequence::General;
+    return BackwardSequence::LeanThenGeneral;
+}
+
+BackwardArgs backward_kernel_args(const KernelPolicy& policy, const BackwardArgs& b) {
+    BackwardArgs a = b;
+    if (backward_sequence(policy, b) != BackwardSequence::LeanThenGeneral) a.k.general_chunks = nullptr;
+    return a;
+}
 
 KernelArgs plan_arguments(const KernelPolicy& policy) {
     const ForwardKernels& f = policy.forward;
@@ -100,24 +110,23 @@ int launch(const KernelPolicy& policy, const KernelArgs& args, void* stream) {
     return launch_after_previous(forward_kernel(f.spread_split), f.spread_split, f.dependent_launch, args, st);
 }
 
-int launch_backward(const KernelPolicy& policy, const BackwardArgs& b, void* stream) {
+int launch_backward(const KernelPolicy& policy, const BackwardArgs& args, void* stream) {
     const BackwardKernels& k = policy.backward_kernels;
     const cudaStream_t st = static_cast<cudaStream_t>(stream);
+    const BackwardArgs b = backward_kernel_args(policy, args);
     DeviceStatus* const status = b.k.status;
     cudaError_t e = cudaMemsetAsync(status, 0xFF, sizeof(DeviceStatus), st);
     if (e == cudaSuccess) e = cudaMemsetAsync(&status->backward, 0, sizeof(status->backward), st);
     if (e != cudaSuccess) return e;
-    if (b.payload == nullptr) {
-        BackwardArgs all = b;
-        all.k.general_chunks = nullptr;
-        backward_kernel(k.general_sort)<<<k.general_sort.grid, k.general_sort.threads, 0, st>>>(all);
-        return cudaGetLastError();
-    }
-    if (!k.lean.launched() || b.k.general_chunks == nullptr) {
-        BackwardArgs all = b;
-        all.k.general_chunks = nullptr;
-        backward_kernel(k.general)<<<k.general.grid, k.general.threads, 0, st>>>(all);
-        return cudaGetLastError();
+    switch (backward_sequence(policy, args)) {
+        case BackwardSequence::Sort:
+            backward_kernel(k.general_sort)<<<k.general_sort.grid, k.general_sort.threads, 0, st>>>(b);
+            return cudaGetLastError();
+        case BackwardSequence::General:
+            backward_kernel(k.general)<<<k.general.grid, k.general.threads, 0, st>>>(b);
+            return cudaGetLastError();
+        case BackwardSequence::LeanThenGeneral:
+            break;
     }
     // The lean backward, then the general backward on the chunks it left, launched while the
     // lean one runs (its blocks wait for it in griddepcontrol.wait).

@@ -30,6 +30,21 @@ KernelArgs plan_arguments(const KernelPolicy& policy);
 // kernel). Returns a cudaError_t value (0: success).
 int launch(const KernelPolicy& policy, const KernelArgs& args, void* stream);
 
+// Whether the lean kernel's vector form may run on an execute's arrays (where the plan has
+// its scalar twin, ForwardKernels::lean_scalar): the ids, values, gates and entry fields
+// 16-byte aligned (null, a field not requested, is aligned).
+bool lean_arrays_aligned(const KernelArgs& args);
+
+// The backward's launch sequences: without a payload the general backward sorts again; with
+// one, the general backward alone (no lean backward in the plan, or general_chunks null), or
+// the lean backward and then the general one on the chunks it leaves.
+enum class BackwardSequence { Sort, General, LeanThenGeneral };
+BackwardSequence backward_sequence(const KernelPolicy& policy, const BackwardArgs& args);
+
+// The arguments every kernel of that sequence gets: `args`, with general_chunks null unless
+// the lean backward runs.
+BackwardArgs backward_kernel_args(const KernelPolicy& policy, const BackwardArgs& args);
+
 // Enqueues one backward on `stream`: clears the status (and marks it a backward's), then runs
 // the lean backward (payload given, a plan it serves) and the general backward on the chunks
 // it leaves, or the general backward on every chunk (policy.backward_kernels). `args` has the

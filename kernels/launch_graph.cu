@@ -69,7 +69,8 @@ void capture(GraphReplay& r, const Args& args, size_t follow, Enqueue enqueue) {
     if (ok) ok = cudaGraphGetNodes(r.graph, nullptr, &count) == cudaSuccess;
     std::vector<cudaGraphNode_t> nodes(count);
     if (ok && count != 0) ok = cudaGraphGetNodes(r.graph, nodes.data(), &count) == cudaSuccess;
-    r.bytes.assign(reinterpret_cast<const unsigned char*>(&args), reinterpret_cast<const unsigned char*>(&args) + sizeof args);
+    r.bytes.assign(reinterpret_cast<const unsigned char*>(&args),
+                   reinterpret_cast<const unsigned char*>(&args) + sizeof args);
     void* const followed = follow < sizeof args ? pointer_at(r.bytes.data(), follow) : nullptr;
     for (size_t i = 0; ok && i < count; ++i) {
         cudaGraphNodeType type{};

@@ -531,14 +531,20 @@ SDM_P1_API sdm_p1_status sdm_p1_inputs_init(sdm_p1_inputs* inputs, size_t struct
  *   and may be captured in a CUDA graph (each replay recomputes every output and the data
  *   check below). It checks that every input pointer (and every caller output buffer) is
  *   device memory of the plan's device (SDM_P1_ERROR_INVALID_ARGUMENT naming the field
- *   otherwise) and makes the plan's device current for the launch only. The CPU backend
- *   ignores `stream`, runs the chunks on the calling thread and the plan's num_threads - 1
- *   worker threads, and returns when the outputs are complete. The workers belong to the
- *   plan: started by its first execute (in each process: a child forked from a process
- *   whose plan had started them starts its own at its first execute), parked between
- *   executes without using the processor, and joined by sdm_p1_plan_destroy. Their scratch
- *   is the plan's workspace. A worker that cannot be started gives
- *   SDM_P1_ERROR_OUT_OF_MEMORY (the plan stays usable; a later execute tries again).
+ *   otherwise) and makes the plan's device current for the launch only. From a plan's
+ *   second execute on (stream not being captured) its launches go as one CUDA graph of its
+ *   own, recorded then and replayed with each execute's pointers (one launch a call in place
+ *   of up to seven memsets and kernels: the host's cost of a call, not the GPU's; the same
+ *   work in the same order, so the same bits); the plan frees it. In a caller's capture, and
+ *   for arrays that are not 16-byte aligned, the kernels are launched one by one. The backward
+ *   does the same with its own graphs. The CPU backend ignores `stream`, runs the chunks on
+ *   the calling thread and the plan's num_threads - 1 worker threads, and returns when the
+ *   outputs are complete. The workers belong to the plan: started by its first execute (in
+ *   each process: a child forked from a process whose plan had started them starts its own
+ *   at its first execute), parked between executes without using the processor, and joined
+ *   by sdm_p1_plan_destroy. Their scratch is the plan's workspace. A worker that cannot be
+ *   started gives SDM_P1_ERROR_OUT_OF_MEMORY (the plan stays usable; a later execute tries
+ *   again).
  * Bad input data (ids out of range, bad gates, stream lengths out of range): the CPU backend
  * returns SDM_P1_ERROR_INVALID_INPUT with the first bad stream length, else the first
  * offending chunk, token and lane. The CUDA backend

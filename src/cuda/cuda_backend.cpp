@@ -310,7 +310,7 @@ void Backend::execute(const Options&, const InputRecord& in, void* workspace, vo
     // Null: the general kernel computes every chunk (no lean kernel leaves it a list).
     a.general_chunks = f.lean.launched() ? reinterpret_cast<unsigned long long*>(ws + w.general_chunks) : nullptr;
     a.spread_slots = f.spread.launched() ? ws + w.spread_slots : nullptr;
-    check(static_cast<cudaError_t>(launch(policy_, a, stream)), "launching the Phase 1 kernel");
+    check(static_cast<cudaError_t>(graphs_.forward(policy_, a, stream)), "launching the Phase 1 kernel");
 }
 
 void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* workspace, void* stream) {
@@ -366,7 +366,7 @@ void Backend::execute_backward(const Options& o, const BackwardRecord& b, void* 
     a.lean_slices = k.lean_layout.slice_bytes != 0 ? ws + w.lean_slices : nullptr;
     // The chunks the lean backward leaves to the general one (the forward's list, unused now).
     a.k.general_chunks = k.lean.launched() ? reinterpret_cast<unsigned long long*>(ws + w.general_chunks) : nullptr;
-    check(static_cast<cudaError_t>(launch_backward(policy_, a, stream)), "launching the Phase 1 backward kernel");
+    check(static_cast<cudaError_t>(graphs_.backward(policy_, a, stream)), "launching the Phase 1 backward kernel");
 }
 
 void Backend::check_status(const Options& o, void* workspace) const {

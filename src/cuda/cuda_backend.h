@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../../kernels/launch.h"
+#include "../../kernels/launch_graph.h"
 #include "../backend.h"
 #include "sdm/phase1.h"
 
@@ -106,7 +107,8 @@ public:
     void release(Block& block) const noexcept override;
 
     // Checks that the inputs and the caller's output buffers are memory of the plan's
-    // device, then enqueues the kernels on `stream` with the device current.
+    // device, then enqueues the kernels on `stream` with the device current (replaying the
+    // plan's graph where one serves: kernels/launch_graph.h).
     void execute(const Options& o, const InputRecord& in, void* workspace, void* stream) override;
 
     // Checks that the inputs, payload, upstream gradients and gradient buffers are memory of
@@ -123,6 +125,7 @@ private:
     int device_;
     KernelPolicy policy_{};   // the plan's kernels, their layouts and the workspace's parts
     KernelArgs args_{};       // every argument but the pointers of an execute
+    LaunchGraphs graphs_;     // the launch sequences, captured at their second execute
 };
 
 }   // namespace cuda

@@ -327,6 +327,75 @@ void test_graph_capture(Tally& t, const Options& o) {
     }
 }
 
+// One plan's executes on other arrays each time. The CUDA backend captures a plan's launches
+// in a graph at its second execute and replays it, its nodes pointed at each execute's inputs
+// and outputs (kernels/launch_graph.cu): inputs at two addresses, caller outputs at two
+// addresses and shifted by an element (the lean kernel's scalar form, launched directly),
+// two streams, an execute inside the caller's capture (launched directly) and executes after
+// it. Every result is the CPU's, and every output byte of each execute is written (poisoned
+// before). A lean plan (with spread slots: four kernels and two memsets a replay) and the
+// API case (the general kernel, every field).
+void test_replays(Tally& t, const Options& o) {
+    const CaseSpec lean = spec("replays-lean", 8, 32, 8, 8, 65536)
+                              .streams(2, 65536)
+                              .key_mode(Keys::Distinct)
+                              .hits(0.3)
+                              .gate_kind(Gates::Logsigmoid)
+                              .bfloat16();
+    for (CaseSpec s : {lean, api_case("replays", o.seed)}) {
+        s.seed = mix_seed(o.seed, name_seed(s.name));
+        CaseSpec s2 = s;
+        s2.seed = mix_seed(s.seed, 2);
+        const Encoded ea = make_inputs(s).encode(), eb = make_inputs(s2).encode();
+        const RunResult cpu_a = run_cpu(s, ea), cpu_b = run_cpu(s2, eb);
+        const DeviceInputs dev_a(ea), dev_b(eb);
+        const sdm_p1_inputs in_a = dev_a.view(s.needs_beta()), in_b = dev_b.view(s.needs_beta());
+        Stream one, two;
+        // The plan, and two more plans whose caller buffers it writes (their own plans unused).
+        const CudaPlan plan(s, OutMode::Caller), other(s, OutMode::Caller), shifted(s, OutMode::CallerShifted);
+        // `plan` executed on `in` into `into`'s buffers on `stream`; its result.
+        const auto run = [&](const sdm_p1_inputs& in, const CudaPlan& into, cudaStream_t stream) {
+            into.poison(stream);
+            RunResult r;
+            const sdm_p1_status st = sdm_p1_execute(plan.get(), &in, into.buffers(), SDM_P1_FIELD_COUNT, stream);
+            if (st != SDM_P1_SUCCESS) {
+                r.status = st;
+                r.error = sdm_p1_last_error();
+                return r;
+            }
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            r = into.result();
+            r.status = sdm_p1_execute_status(plan.get());
+            if (r.status != SDM_P1_SUCCESS) r.error = sdm_p1_last_error();
+            return r;
+        };
+        const std::string n = " (" + s.name + ")";
+        t.run("a, own buffers" + n, [&] { return same_outputs(cpu_a, run(in_a, plan, one.s)); });
+        t.run("b, other buffers" + n, [&] { return same_outputs(cpu_b, run(in_b, other, one.s)); });
+        t.run("a, shifted buffers" + n, [&] { return same_outputs(cpu_a, run(in_a, shifted, one.s)); });
+        t.run("b, own buffers, another stream" + n, [&] { return same_outputs(cpu_b, run(in_b, plan, two.s)); });
+        t.run("a, other buffers, in the caller's capture" + n, [&] {
+            Graph g;
+            other.poison(two.s);
+            CUDA_CHECK(cudaStreamSynchronize(two.s));
+            CUDA_CHECK(cudaStreamBeginCapture(two.s, cudaStreamCaptureModeGlobal));
+            const sdm_p1_status st = sdm_p1_execute(plan.get(), &in_a, other.buffers(), SDM_P1_FIELD_COUNT, two.s);
+            const std::string error = st == SDM_P1_SUCCESS ? "" : api_error("execute during capture", st);
+            const cudaError_t end = cudaStreamEndCapture(two.s, &g.graph);
+            if (!error.empty()) return error;
+            CUDA_CHECK(end);
+            CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+            CUDA_CHECK(cudaGraphLaunch(g.exec, two.s));
+            CUDA_CHECK(cudaStreamSynchronize(two.s));
+            RunResult r = other.result();
+            r.status = sdm_p1_execute_status(plan.get());
+            return same_outputs(cpu_a, r);
+        });
+        t.run("b, own buffers, after the capture" + n, [&] { return same_outputs(cpu_b, run(in_b, plan, one.s)); });
+        t.run("a, own buffers again" + n, [&] { return same_outputs(cpu_a, run(in_a, plan, one.s)); });
+    }
+}
+
 // New per-stream lengths written into the same device buffer between replays of one graph:
 // each replay gives the CPU's outputs for the lengths it read (bad ones its message). The
 // inputs hold valid data everywhere, so only the lengths change what is valid.
@@ -1175,6 +1244,15 @@ void test_backward_determinism(Tally& t, const Options& o) {
         t.run("backward #" + std::to_string(rep) + " of one plan",
               [&] { return compare_grads(s, cpu, gpu.run(dev.view(true), payload, kGradAll, created.s)); });
     }
+    // The plan's launch sequences in turn (kernels/launch_graph.cu keeps a graph for each): the
+    // payload NULL (sorted again) and given, on inputs at another address.
+    const DeviceInputs moved(e);
+    t.run("payload NULL, inputs moved",
+          [&] { return compare_grads(s, cpu, gpu.run(moved.view(true), nullptr, kGradAll, created.s)); });
+    t.run("payload given, inputs moved",
+          [&] { return compare_grads(s, cpu, gpu.run(moved.view(true), payload, kGradAll, created.s)); });
+    t.run("payload NULL again",
+          [&] { return compare_grads(s, cpu, gpu.run(dev.view(true), nullptr, kGradAll, created.s)); });
     const std::pair<const char*, cudaStream_t> streams[] = {{"legacy default stream (NULL)", nullptr},
                                                             {"per-thread default stream", cudaStreamPerThread},
                                                             {"blocking stream", blocking.s}};
@@ -1647,6 +1725,7 @@ void run_backward_api_families(Tally& t, const Options& o, cudaStream_t stream) 
 void run_api_families(Tally& t, const Options& o, cudaStream_t stream) {
     family(t, o, "output_modes", [&] { test_output_modes(t, o, stream); });
     family(t, o, "determinism", [&] { test_determinism(t, o); });
+    family(t, o, "replays", [&] { test_replays(t, o); });
     family(t, o, "no_host_sync", [&] { test_no_host_sync(t, o); });
     family(t, o, "graph", [&] { test_graph_capture(t, o); });
     family(t, o, "allocator", [&] { test_allocator(t, o, stream); });
