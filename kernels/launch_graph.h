@@ -26,7 +26,7 @@ struct GraphReplay;
 // directly: the stream is being captured (the caller's graph records the launches
 // themselves), the lean kernel's scalar form is needed (unaligned arrays), or the graph
 // could not be made (then never again for that sequence). Not thread-safe: a plan is not
-// executed concurrently with itself (include/sdm/phase1.h). The plan's device must be current.
+// executed concurrently with itself (the C API's rule). The plan's device must be current.
 class LaunchGraphs {
 public:
     LaunchGraphs();

@@ -3,6 +3,9 @@ back to NumPy (bfloat16 as its uint16 bits) and compared bit for bit with the CP
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import sdm_phase1 as p1
 
@@ -18,6 +21,15 @@ def cuda_skip_reason():
     if count == 0:
         return "no CUDA device"
     return None
+
+
+def child_env(**extra) -> dict:
+    """The environment of a child Python that imports the same sdm_phase1 as these tests (the
+    installed wheel's, or the source tree's: the source tree has no library where only the
+    wheel was built), with ``extra`` variables set."""
+    package_root = str(Path(p1.__file__).resolve().parent.parent)
+    path = [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(path), **extra)
 
 
 def split(case: dict):

@@ -12,13 +12,12 @@ normalized steps magnify such differences)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import sdm_phase1 as p1
+from gpu_support import child_env
 
 torch = pytest.importorskip("torch")
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_ddp.py"
@@ -31,11 +30,7 @@ def run_example(processes: int) -> list:
     --check`` on the CPU, each step's parameters identical on every rank."""
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch without torch.distributed's gloo backend")
-    # The package this test imports (the installed wheel, or the source tree's), for the
-    # processes too.
-    package_root = str(Path(p1.__file__).resolve().parent.parent)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = child_env(OMP_NUM_THREADS="1")
     r = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone",
          f"--nproc_per_node={processes}", str(EXAMPLE), "--check", "--device", "cpu",

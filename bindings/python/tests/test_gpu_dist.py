@@ -4,14 +4,12 @@ the CPU backend's for the whole job (dist_worker.py). Skips unless two GPUs are 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import sdm_phase1
-from gpu_support import cuda_skip_reason
+from gpu_support import child_env, cuda_skip_reason
 
 torch = pytest.importorskip("torch")
 HERE = Path(__file__).resolve().parent
@@ -25,11 +23,7 @@ def test_two_processes_one_gpu_each():
         pytest.skip("needs two GPUs")
     if not torch.distributed.is_available() or not torch.distributed.is_nccl_available():
         pytest.skip("torch without NCCL")
-    # The package these tests import (the installed wheel, or the source tree's), for the
-    # child processes too: the source tree has no library where only the wheel was built.
-    package_root = str(Path(sdm_phase1.__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = child_env()
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                         "--nproc_per_node=2", str(HERE / "dist_worker.py")],
                        env=env, capture_output=True, text=True, timeout=300)
