@@ -25,6 +25,7 @@ from .plan import create_plan, desc_values
 __all__ = [
     "Workspace", "CachedPlan", "get_plan", "get_plan_for", "synchronize", "plan_cache_info",
     "clear_plan_cache", "cuda_device_count", "cuda_architectures", "OUTPUT_ALIGN", "note_hit",
+    "add_release_hook",
 ]
 
 #: Alignment of each output in a carved block (what the plan's own buffers get in C).
@@ -49,6 +50,18 @@ assert _IN_WORDS == [1, 2, 3, 4, 5, 6, 7], _IN_WORDS
 _GRAD_WORDS = [ffi.offsetof("sdm_p1_input_grads", n) // _WORD for n in ("k_val", "q_val", "g", "beta")]
 assert _GRAD_WORDS == [1, 2, 3, 4], _GRAD_WORDS
 _FIELD_COUNT = lib.SDM_P1_FIELD_COUNT
+
+# Called with a plan before it is destroyed or moved to another stream, under the plan's lock:
+# a framework's cache of prepared calls outside this module (the compiled PyTorch fast path)
+# forgets it there, so that nothing runs a freed plan or one on a stream not its own.
+_RELEASE_HOOKS: List[Callable[["CachedPlan"], None]] = []
+
+
+def add_release_hook(hook: Callable[["CachedPlan"], None]) -> None:
+    """Adds ``hook(plan)``, called (under the plan's lock; it must not raise) before a plan is
+    destroyed or moved to another stream."""
+    if hook not in _RELEASE_HOOKS:
+        _RELEASE_HOOKS.append(hook)
 
 
 class Workspace:
@@ -157,6 +170,10 @@ class CachedPlan:
         self.set_stream(stream)
 
     def set_stream(self, stream: int) -> None:
+        # A capture moves a plan to its stream (get_plan_for): a call found for the old one
+        # must not run it. (Without the lock: the Python fast lookup reads plan.stream so too.)
+        for hook in _RELEASE_HOOKS:
+            hook(self)
         self.stream = stream
         self._stream = ffi.cast("void*", stream)
 
@@ -273,6 +290,8 @@ class CachedPlan:
     def destroy(self) -> None:
         with self.lock:  # not while another thread executes it
             handle, self.handle = self.handle, None
+            for hook in _RELEASE_HOOKS:  # before the lock goes: nothing finds it after
+                hook(self)
         if handle is not None:
             lib.sdm_p1_plan_destroy(handle)
 

@@ -37,6 +37,7 @@ from .._core.dtypes import NAMES, framework_dtypes
 from .._core.fields import EMPTY_DTYPES, REPEATS
 from .._core.options import call_options, key_options
 from .._core.types import FIELDS, Phase1
+from . import torch_fast
 
 __all__ = ["run", "forward", "needs_grad", "run_backward", "check_repeats", "check_device",
            "check_one_device", "on_other_device",
@@ -235,6 +236,13 @@ class _PlanData:
                 self.specs_by_dtype[index[dtype]].append(spec)
         for i, dtype in enumerate(self.dtypes):
             order += [f for f, _, dt, _ in layout if f != REPEATS and TORCH_DTYPES[dt] == dtype]
+        #: What the compiled fast path (torch_fast) needs to do what new_block, carve and
+        #: CachedPlan.execute_block do: (field id, byte offset) of every output the plan
+        #: computes, and (dtype, shape, strides, offset in elements) of each carved output,
+        #: in carve's order.
+        self.fast_layout = tuple((f, offset) for f, _, _, offset in layout)
+        self.fast_outputs = tuple((dtype,) + spec for dtype, specs in
+                                  zip(self.dtypes, self.specs_by_dtype) for spec in specs)
         # Phase1's values from [outputs in carve's order] + extras (the template's values of
         # the fields not computed).
         place = {f: i for i, f in enumerate(order)}
@@ -548,18 +556,38 @@ def forward(k_idx, q_idx, k_val, q_val, g, repeats, *, num_parallel, stream_offs
     :class:`_Phase1Function`, whose backward is the library's, else with nothing recorded.
     (torch_entry sends calls that need the operator, under torch.compile or a dispatch mode,
     to torch_ops.)"""
-    plan, device, num_parallel, check = _call_plan(
-        k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
-        valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths)
     if grad is None:
         grad = needs_grad(k_val, q_val, g, beta)
+    # The compiled fast path (torch_fast), where built: calls without grad or repeats, outside
+    # torch.compile, modes and functorch transforms (whose Python code sees what this one
+    # does); None from it for anything else, and this call goes on in Python.
+    fast = None if grad or repeats is not None else torch_fast.forward
+    if fast is not None and (_is_compiling() or _dispatch_modes() or _function_modes()
+                             or _functorch()):
+        fast = None
+    if fast is not None:
+        got = fast(k_idx, q_idx, k_val, q_val, g, beta, stream_lengths, num_parallel,
+                   stream_offset, num_keys, valid_last, need_read_groups, rec_tile, det_fields,
+                   check)
+        if got is not None:
+            data, outs = got
+            outs += data.extras
+            return _tuple_new(Phase1, data.assemble(outs))
+    plan, device, parallel, checked = _call_plan(
+        k_idx, q_idx, k_val, q_val, g, beta, repeats, num_parallel, stream_offset, num_keys,
+        valid_last, need_read_groups, rec_tile, det_fields, check, stream_lengths)
     if grad:
-        state = [plan, device, num_parallel, check, k_idx, q_idx, stream_lengths, repeats]
+        state = [plan, device, parallel, checked, k_idx, q_idx, stream_lengths, repeats]
         _Phase1Function.apply(k_val, q_val, g, beta, state)
         return _tuple_new(Phase1, state[8])
     data = plan.extra
-    outs = _carved_outputs(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g, beta,
+    outs = _carved_outputs(plan, device, parallel, checked, k_idx, q_idx, k_val, q_val, g, beta,
                            stream_lengths, repeats)
+    if fast is not None and not (device >= 0 and (checked or _capturing())):
+        # The long way has checked this call: later ones with its key run compiled.
+        torch_fast.register(plan, k_idx, q_idx, k_val, q_val, g, beta, stream_lengths,
+                            num_parallel, stream_offset, num_keys, valid_last, need_read_groups,
+                            rec_tile, det_fields, check)
     outs += data.extras
     return _tuple_new(Phase1, data.assemble(outs))
 
