@@ -12,8 +12,10 @@ namespace {
 // spelling of the options; emptied when full, as the Python lookup is.
 constexpr std::size_t kKeyLimit = 256;
 
-std::unordered_map<CallKey, std::shared_ptr<PlanRecord>, CallKeyHash> by_key;
-std::unordered_map<PyObject*, std::shared_ptr<PlanRecord>> by_plan;
+// Allocated once and never destroyed: a static's destructor would run after the interpreter
+// has finalized, dropping Python references without the GIL.
+auto& by_key = *new std::unordered_map<CallKey, std::shared_ptr<PlanRecord>, CallKeyHash>();
+auto& by_plan = *new std::unordered_map<PyObject*, std::shared_ptr<PlanRecord>>();
 
 bool int_of(PyObject* obj, int64_t& out) {
     const long long v = PyLong_AsLongLong(obj);
