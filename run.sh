@@ -345,6 +345,7 @@ test_suites=(
     "abi|abi_check|ABI (abidiff)|abidiff of libsdmp1.so against abi/libsdmp1.abi"
     "meson|meson_tests|C/C++ tests (meson test)|meson test: tests/ (capi, cpu, cuda, stage_dump, fuzz, docs)"
     "wheel|wheel_tests|Python tests against the wheel|pip wheel ., installed into a fresh environment, bindings/python/tests"
+    "torch-fast|torch_fast_tests|PyTorch fast path (sdm_phase1._torch_fast)|./build with -Dtorch_fast=enabled, then bindings/python/tests from the source tree through the extension"
     "jax|jax_tests|JAX under jit (the wheel with its jax extra, CPU)|the wheel installed with its jax extra in a fresh environment, bindings/python/tests/test_jax_ffi.py"
     "rust|rust_tests|Rust (tests, clippy, rustfmt, static link)|cargo test (static and shared), clippy, rustfmt, the static-link program"
     "examples|run_examples|examples (CPU)|every example that runs without a GPU"
@@ -414,7 +415,7 @@ lint() {
     (cd "$root" && shellcheck run.sh .ci/run tests/cuda/gpu_suite.sh tests/fuzz/coverage.sh \
         bindings/rust/sdm-phase1-sys/generate.sh)
     step "lint: clang-format on the C, C++ and CUDA sources (style in .clang-format)"
-    (cd "$root" && find bench bindings/python/jax_ffi canon examples include kernels src tests -type f \
+    (cd "$root" && find bench bindings/python/jax_ffi bindings/python/torch_fast canon examples include kernels src tests -type f \
         \( -name '*.c' -o -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0 |
         xargs -0 "$root/.venv/bin/clang-format" --dry-run --Werror)
 }
@@ -463,6 +464,24 @@ wheel_tests() {
         "$wheel/venv/bin/python" -m pytest -q -p no:cacheprovider "$root/bindings/python/tests") |
         tee -a "$suite_log"
     echo "wheel: built, installed and tested in $((SECONDS - t0)) s"
+}
+
+# The compiled PyTorch fast path, sdm_phase1._torch_fast (bindings/python/torch_fast/), which
+# the wheel of wheel_tests leaves out (pip's isolated build has no torch): ./build configured
+# with -Dtorch_fast=enabled (torch is installed by now, by the tools suite; a first configure
+# before it left the module out), then the Python tests from the source tree against ./build,
+# through the module (SDMP1_REQUIRE_TORCH_FAST=1: a module not loaded fails
+# test_torch_fast_ext.py rather than skipping it).
+torch_fast_tests() {
+    local t0=$SECONDS
+    step "PyTorch fast path: sdm_phase1._torch_fast built in $build (-Dtorch_fast=enabled)"
+    meson_cmd configure "$build" -Dtorch_fast=enabled >/dev/null
+    meson_cmd compile -C "$build"
+    echo "torch-fast: configured and built in $((SECONDS - t0)) s"
+    step "Python tests (pytest) from the source tree through sdm_phase1._torch_fast"
+    SDMP1_LIBRARY="$build/libsdmp1.so" SDMP1_REQUIRE_TORCH_FAST=1 "$python" -m pytest -q \
+        -p no:cacheprovider "$root/bindings/python/tests" | tee -a "$suite_log"
+    echo "torch-fast: built and tested in $((SECONDS - t0)) s"
 }
 
 # The wheel of `pip wheel .` into $build-wheel/dist, its kernels for SDMP1_GPU_ARCH (pip's
