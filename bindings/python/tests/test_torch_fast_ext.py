@@ -268,3 +268,106 @@ def test_python_fast_lookup_untouched_when_off():
     _call(t, opts)
     _call(t, opts)
     assert torch_impl._FAST and torch_fast._ext.registered() == 0
+
+
+# ---- the backward's library call -------------------------------------------------------------
+
+FLOATS = ("a", "qk", "log_k", "log_q", "rex", "cpe", "k_eff", "q_w")
+VALUES = ("k_val", "q_val", "g", "beta")
+
+
+def _gradients(t, opts, ups, kw):
+    """The gradients of sum(<ups[f], output f>) for the value inputs, as NumPy bytes."""
+    leaves = {n: t[n].clone().requires_grad_() for n in VALUES if t[n] is not None}
+    out = _call(dict(t, **leaves), opts, **kw)
+    outs = [getattr(out, f) for f in ups]
+    got = torch.autograd.grad(outs, list(leaves.values()), [ups[f] for f in ups],
+                              allow_unused=True)
+    return {n: None if x is None else to_numpy(x) for n, x in zip(leaves, got)}
+
+
+class _Spy:
+    """Counts the extension backward's answers (gradients or None)."""
+
+    def __init__(self, monkeypatch):
+        self.answers = []
+        real = torch_fast.backward
+
+        def spy(*args):
+            got = real(*args)
+            self.answers.append(got is not None)
+            return got
+        monkeypatch.setattr(torch_fast, "backward", spy)
+
+
+BACKWARD_VARIANTS = {
+    "f32": (dict(), {}),
+    "bf16-no-beta": (dict(vals="bf16", beta=False), {}),
+    "lengths-records": (dict(vals="bf16", stream_lengths=np.array([30, 7])), dict(det_fields=3071)),
+}
+
+
+@pytest.mark.parametrize("name", list(BACKWARD_VARIANTS))
+@pytest.mark.parametrize("fields", [FLOATS, ("qk", "k_eff"), ("rex",)])
+def test_backward_same_bytes_as_the_python_path(name, fields, monkeypatch):
+    variant, kw = BACKWARD_VARIANTS[name]
+    inputs, opts = _case(3, **variant)
+    t = torch_inputs(inputs, "cpu")
+    if "stream_lengths" in variant:
+        kw = dict(kw, stream_lengths=torch.from_numpy(variant["stream_lengths"]))
+    shapes = _python(t, opts, **kw)
+    rng = np.random.default_rng(5)
+    ups = {f: torch.from_numpy(rng.standard_normal(getattr(shapes, f).shape))
+           .to(getattr(shapes, f).dtype) for f in fields}
+    torch_fast.set_enabled(False)
+    want = _gradients(t, opts, ups, kw)
+    torch_fast.set_enabled(True)
+    spy = _Spy(monkeypatch)
+    for _ in range(2):
+        got = _gradients(t, opts, ups, kw)
+        assert got.keys() == want.keys()
+        for n in want:
+            assert (got[n] is None) == (want[n] is None), n
+            if want[n] is not None:
+                assert got[n].dtype == want[n].dtype and got[n].tobytes() == want[n].tobytes(), n
+    assert spy.answers == [True, True]
+
+
+def test_backward_of_an_expanded_gradient(monkeypatch):
+    """sum()'s upstream gradient is expanded (strided): made contiguous, as in Python."""
+    inputs, opts = _case()
+    t = torch_inputs(inputs, "cpu")
+
+    def grads():
+        k_val = t["k_val"].clone().requires_grad_()
+        out = _call(dict(t, k_val=k_val), opts)
+        return to_numpy(torch.autograd.grad(out.qk.sum() + out.a.sum(), k_val)[0])
+
+    torch_fast.set_enabled(False)
+    want = grads()
+    torch_fast.set_enabled(True)
+    spy = _Spy(monkeypatch)
+    assert grads().tobytes() == want.tobytes()
+    assert spy.answers == [True]
+
+
+def test_backward_plan_destroyed_is_forgotten(monkeypatch):
+    inputs, opts = _case()
+    t = torch_inputs(inputs, "cpu")
+    k_val = t["k_val"].clone().requires_grad_()
+    out = _call(dict(t, k_val=k_val), opts)
+    torch.autograd.grad(out.qk.sum(), k_val, retain_graph=True)  # the backward plan made
+    backward_plans = [p for p in plan_cache._cache.plans.values() if p.key[-1] == "backward"]
+    assert len(backward_plans) == 1
+    plan = backward_plans[0]
+    forward_plan = next(p for p in plan_cache._cache.plans.values() if p.key[-1] != "backward")
+    fields = forward_plan.extra.float_fields
+    args = (plan, 0, t["k_idx"], t["q_idx"], k_val, t["q_val"], t["g"], t["beta"], None,
+            out.payload, fields, (torch.ones_like(out.a),) + (None,) * (len(fields) - 1))
+    spy = _Spy(monkeypatch)
+    with plan.lock:  # busy in another thread: the Python call, which waits for the lock
+        assert torch_fast._ext.backward(*args) is None
+    assert torch_fast._ext.backward(*args) is not None
+    p1.clear_plan_cache()  # destroyed: forgotten, never run
+    assert plan.handle is None and torch_fast._ext.backward(*args) is None
+    assert spy.answers == []

@@ -4,6 +4,7 @@
 
 #include "current_stream.h"
 #include "outputs.h"
+#include "plan_lock.h"
 #include "registry.h"
 
 namespace sdmp1_torch {
@@ -12,31 +13,6 @@ namespace {
 
 ExecuteFn execute_fn = nullptr;
 PyObject* note_hit_fn = nullptr;
-
-// The plan's threading.Lock, taken without waiting: a plan busy in another thread (it runs
-// with the GIL released) sends this call the long way, which waits for it there.
-class PlanLock {
-public:
-    explicit PlanLock(PyObject* lock) : lock_(lock) {
-        PyObject* r = PyObject_CallMethod(lock_, "acquire", "O", Py_False);
-        held_ = r == Py_True;
-        if (r == nullptr) PyErr_Clear();
-        Py_XDECREF(r);
-    }
-    ~PlanLock() {
-        if (!held_) return;
-        PyObject* r = PyObject_CallMethod(lock_, "release", nullptr);
-        if (r == nullptr) PyErr_Clear();   // cannot fail for a lock this thread took
-        Py_XDECREF(r);
-    }
-    PlanLock(const PlanLock&) = delete;
-    PlanLock& operator=(const PlanLock&) = delete;
-    bool held() const { return held_; }
-
-private:
-    PyObject* lock_;
-    bool held_ = false;
-};
 
 bool contiguous(PyObject* obj) { return obj == Py_None || THPVariable_Unpack(obj).is_contiguous(); }
 
@@ -144,7 +120,11 @@ PyObject* register_call(const CallArgs& a, PyObject* const* p) {
     if (stream == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
     if (stream != facts.stream) Py_RETURN_NONE;   // a plan a capture moved: not this stream's
     std::shared_ptr<PlanRecord> record = make_record(p[0], p[1], p[2], p[3], p[4], p[6], p[7], p[8]);
-    if (record == nullptr) return nullptr;
+    if (record == nullptr) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) return nullptr;
+        PyErr_Clear();   // destroyed meanwhile: nothing to register
+        Py_RETURN_NONE;
+    }
     record->stream = facts.stream;
     add_plan(key, record);
     Py_RETURN_NONE;

@@ -2,7 +2,9 @@
 // as jax_ffi is). Python keeps plan creation, every check and every error message; once its
 // long way has found or made a forward plan for a call, it registers the plan here under the
 // call's key, and later calls with that key run here in one call: the lookup, the output
-// block, sdm_p1_execute, the outputs carved. See docs/python.md ("The compiled fast path").
+// block, sdm_p1_execute, the outputs carved. The autograd formula's library call likewise
+// (fast_backward.h), on the backward plan Python found. See docs/python.md ("The compiled
+// fast path").
 //
 // No C++ exception crosses into Python: each function below catches them and returns None (a
 // forward: Python takes its long way, which meets the same condition and reports it) or sets
@@ -16,6 +18,7 @@
 
 #include "call_key.h"
 #include "current_stream.h"
+#include "fast_backward.h"
 #include "fast_forward.h"
 #include "registry.h"
 
@@ -60,6 +63,18 @@ PyObject* register_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
 }
 
+// backward(plan, stream, k_idx, q_idx, k_val, q_val, g, beta, stream_lengths, payload, fields,
+//          grads) -> [gradients] or None (fast_backward.h)
+PyObject* backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (!arg_count("backward", nargs, kBackwardArgCount)) return nullptr;
+    try {
+        return fast_backward(args);
+    } catch (const std::exception&) {   // c10::Error (e.g. out of memory): Python's call says it
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+}
+
 // unregister_plan(plan) -> None: plan_cache calls it (under the plan's lock) before a plan is
 // destroyed or moved to another stream.
 PyObject* unregister_plan(PyObject*, PyObject* plan) {
@@ -71,20 +86,22 @@ PyObject* clear(PyObject*, PyObject*) { return PyLong_FromSize_t(clear_plans());
 
 PyObject* registered(PyObject*, PyObject*) { return PyLong_FromSize_t(registered_keys()); }
 
-// set_library(execute, note_hit): the address of the loaded libsdmp1's sdm_p1_execute (an
-// int, from cffi) and plan_cache.note_hit.
+// set_library(execute, execute_backward, note_hit): the addresses of the loaded libsdmp1's
+// sdm_p1_execute and sdm_p1_execute_backward (ints, from cffi) and plan_cache.note_hit.
 PyObject* set_library_py(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-    if (!arg_count("set_library", nargs, 2)) return nullptr;
-    const unsigned long long address = PyLong_AsUnsignedLongLong(args[0]);
-    if (address == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
-    if (address == 0 || !PyCallable_Check(args[1])) {
+    if (!arg_count("set_library", nargs, 3)) return nullptr;
+    const unsigned long long execute = PyLong_AsUnsignedLongLong(args[0]);
+    const unsigned long long execute_backward = PyLong_AsUnsignedLongLong(args[1]);
+    if (PyErr_Occurred()) return nullptr;
+    if (execute == 0 || execute_backward == 0 || !PyCallable_Check(args[2])) {
         PyErr_SetString(PyExc_ValueError, "sdm_phase1._torch_fast.set_library: a null address or no note_hit");
         return nullptr;
     }
-    Py_INCREF(args[1]);
+    Py_INCREF(args[2]);
     Py_XDECREF(note_hit);
-    note_hit = args[1];
-    set_library(reinterpret_cast<ExecuteFn>(static_cast<std::uintptr_t>(address)), note_hit);
+    note_hit = args[2];
+    set_library(reinterpret_cast<ExecuteFn>(static_cast<std::uintptr_t>(execute)), note_hit);
+    set_backward_library(reinterpret_cast<ExecuteBackwardFn>(static_cast<std::uintptr_t>(execute_backward)));
     Py_RETURN_NONE;
 }
 
@@ -93,6 +110,8 @@ PyMethodDef methods[] = {
      "The forward of a registered plan: (data, outputs), or None (take the Python path)."},
     {"register_plan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(register_plan)), METH_FASTCALL,
      "Registers a forward plan under a call's key."},
+    {"backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(backward)), METH_FASTCALL,
+     "The autograd formula's library call: the gradients, or None (take the Python path)."},
     {"unregister_plan", unregister_plan, METH_O, "Forgets every key of a plan."},
     {"clear", clear, METH_NOARGS, "Forgets every plan; returns the number of keys forgotten."},
     {"registered", registered, METH_NOARGS, "The number of keys registered."},

@@ -16,6 +16,7 @@ constexpr std::size_t kKeyLimit = 256;
 // has finalized, dropping Python references without the GIL.
 auto& by_key = *new std::unordered_map<CallKey, std::shared_ptr<PlanRecord>, CallKeyHash>();
 auto& by_plan = *new std::unordered_map<PyObject*, std::shared_ptr<PlanRecord>>();
+auto& backward_by_plan = *new std::unordered_map<PyObject*, std::shared_ptr<BackwardRecord>>();
 
 bool int_of(PyObject* obj, int64_t& out) {
     const long long v = PyLong_AsLongLong(obj);
@@ -88,6 +89,82 @@ PlanRecord::~PlanRecord() {
     Py_XDECREF(data);
 }
 
+BackwardRecord::~BackwardRecord() {
+    Py_XDECREF(plan);
+    Py_XDECREF(lock);
+}
+
+namespace {
+
+// An attribute of `obj` as an int; false with a Python error set.
+bool int_attr(PyObject* obj, const char* name, int64_t& out) {
+    PyObject* v = PyObject_GetAttrString(obj, name);
+    if (v == nullptr) return false;
+    const bool ok = int_of(v, out);
+    Py_DECREF(v);
+    return ok;
+}
+
+// _BackwardData.specs: [(shape, torch dtype), ...].
+bool read_grad_specs(PyObject* specs, BackwardRecord& r) {
+    PyObject* fast = PySequence_Fast(specs, "sdm_phase1._torch_fast: specs must be a sequence");
+    if (fast == nullptr) return false;
+    bool ok = true;
+    for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(fast); ++i) {
+        PyObject* item = PySequence_Fast_GET_ITEM(fast, i);
+        std::vector<int64_t> sizes;
+        ok = PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2 && THPDtype_Check(PyTuple_GET_ITEM(item, 1));
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError, "sdm_phase1._torch_fast: a bad gradient spec");
+            break;
+        }
+        ok = ints_of(PyTuple_GET_ITEM(item, 0), sizes);
+        if (ok) {
+            r.grads.emplace_back(reinterpret_cast<THPDtype*>(PyTuple_GET_ITEM(item, 1))->scalar_type, std::move(sizes));
+        }
+    }
+    Py_DECREF(fast);
+    return ok && r.grads.size() >= 3 && r.grads.size() <= 4;
+}
+
+}   // namespace
+
+std::shared_ptr<BackwardRecord> backward_record(PyObject* plan) {
+    const auto it = backward_by_plan.find(plan);
+    if (it != backward_by_plan.end()) return it->second;
+    auto r = std::make_shared<BackwardRecord>();
+    int64_t address = 0;
+    int64_t stream = 0;
+    if (!int_attr(plan, "address", address) || !int_attr(plan, "stream", stream)) return nullptr;
+    if (address == 0) {   // destroyed (plan_cache zeroes it under the plan's lock)
+        PyErr_SetString(PyExc_ValueError, "sdm_phase1._torch_fast: a destroyed plan");
+        return nullptr;
+    }
+    PyObject* workspace = PyObject_GetAttrString(plan, "workspace");
+    if (workspace == nullptr) return nullptr;
+    r->cuda = workspace != Py_None;
+    Py_DECREF(workspace);
+    PyObject* extra = PyObject_GetAttrString(plan, "extra");
+    if (extra == nullptr) return nullptr;
+    PyObject* specs = PyObject_GetAttrString(extra, "specs");
+    Py_DECREF(extra);
+    if (specs == nullptr) return nullptr;
+    const bool ok = read_grad_specs(specs, *r);
+    Py_DECREF(specs);
+    if (!ok) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "sdm_phase1._torch_fast: not a backward plan");
+        return nullptr;
+    }
+    r->lock = PyObject_GetAttrString(plan, "lock");
+    if (r->lock == nullptr) return nullptr;
+    r->handle = reinterpret_cast<sdm_p1_plan*>(static_cast<std::uintptr_t>(address));
+    r->stream = static_cast<std::uintptr_t>(stream);
+    Py_INCREF(plan);
+    r->plan = plan;
+    backward_by_plan.emplace(plan, r);
+    return r;
+}
+
 std::shared_ptr<PlanRecord> make_record(PyObject* plan, PyObject* handle, PyObject* lock, PyObject* data,
                                         PyObject* cuda, PyObject* layout, PyObject* outputs, PyObject* block_bytes) {
     auto r = std::make_shared<PlanRecord>();
@@ -97,6 +174,12 @@ std::shared_ptr<PlanRecord> make_record(PyObject* plan, PyObject* handle, PyObje
         PyErr_SetString(PyExc_ValueError, "sdm_phase1._torch_fast: a null plan handle");
         return nullptr;
     }
+    // The plan's address read again here, with the GIL held through the registration: a plan
+    // destroyed since the caller read it (its address zeroed, then its hooks run) is not
+    // registered after its unregistration.
+    int64_t now = 0;
+    if (!int_attr(plan, "address", now)) return nullptr;
+    if (static_cast<unsigned long long>(now) != h) return nullptr;   // no error: nothing to do
     r->handle = reinterpret_cast<sdm_p1_plan*>(static_cast<std::uintptr_t>(h));
     r->cuda = PyObject_IsTrue(cuda) == 1;
     if (!int_of(block_bytes, r->block_bytes)) return nullptr;
@@ -122,6 +205,12 @@ void add_plan(const CallKey& key, const std::shared_ptr<PlanRecord>& record) {
 }
 
 void remove_plan(PyObject* plan) {
+    const auto b = backward_by_plan.find(plan);
+    if (b != backward_by_plan.end()) {
+        const std::shared_ptr<BackwardRecord> record = b->second;
+        record->alive = false;
+        backward_by_plan.erase(b);
+    }
     const auto it = by_plan.find(plan);
     if (it == by_plan.end()) return;
     const std::shared_ptr<PlanRecord> record = it->second;   // alive until the keys are gone
@@ -135,12 +224,15 @@ void remove_plan(PyObject* plan) {
 std::size_t clear_plans() {
     const std::size_t n = by_key.size();
     for (auto& entry : by_plan) entry.second->alive = false;
+    for (auto& entry : backward_by_plan) entry.second->alive = false;
     // Moved out first: a record's destructor drops Python references, which may run code
     // that comes back here.
     auto keys = std::move(by_key);
     auto plans = std::move(by_plan);
+    auto backward_plans = std::move(backward_by_plan);
     by_key.clear();
     by_plan.clear();
+    backward_by_plan.clear();
     return n;
 }
 

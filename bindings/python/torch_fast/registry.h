@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "call_key.h"
@@ -49,8 +50,32 @@ struct PlanRecord {
     bool alive = true;                 // false once unregistered
 };
 
+// A backward plan (made with backward = 1) as the autograd formula runs it: no key (Python
+// finds the plan, per stream, in the forward plan's data), the gradients' shapes and dtypes.
+struct BackwardRecord {
+    BackwardRecord() = default;
+    BackwardRecord(const BackwardRecord&) = delete;
+    BackwardRecord& operator=(const BackwardRecord&) = delete;
+    ~BackwardRecord();
+
+    sdm_p1_plan* handle = nullptr;
+    PyObject* plan = nullptr;   // the CachedPlan and its lock (strong references)
+    PyObject* lock = nullptr;
+    bool cuda = false;
+    std::uintptr_t stream = 0;
+    // dL/dk_val, dL/dq_val, dL/dg and, where beta was given, dL/dbeta: (dtype, sizes).
+    std::vector<std::pair<c10::ScalarType, std::vector<int64_t>>> grads;
+    bool alive = true;
+};
+
+// The record of the backward plan `plan`, made from its attributes at its first call (address,
+// lock, workspace, stream, extra.specs); nullptr with a Python error set where they are not a
+// CachedPlan's with a _BackwardData.
+std::shared_ptr<BackwardRecord> backward_record(PyObject* plan);
+
 // Builds a record from register_plan's arguments (see module.cpp); nullptr with a Python
-// error set where they are not what torch_impl passes.
+// error set where they are not what torch_impl passes, nullptr without one where the plan
+// has been destroyed since the caller read its address.
 std::shared_ptr<PlanRecord> make_record(PyObject* plan, PyObject* handle, PyObject* lock, PyObject* data,
                                         PyObject* cuda, PyObject* layout, PyObject* outputs, PyObject* block_bytes);
 
@@ -59,7 +84,8 @@ std::shared_ptr<PlanRecord> find_plan(const CallKey& key);
 // Registers `record` under `key`; a record already registered for the same plan is reused
 // (one record per plan), so registering twice is harmless. Bounded: when full, emptied.
 void add_plan(const CallKey& key, const std::shared_ptr<PlanRecord>& record);
-// Removes every key of `plan` and marks its record dead; nothing where it has none.
+// Removes every key of `plan` (or its backward record) and marks its record dead; nothing
+// where it has none.
 void remove_plan(PyObject* plan);
 // Empties the registry. Returns the number of keys it held.
 std::size_t clear_plans();

@@ -147,6 +147,9 @@ class CachedPlan:
                 message = f"{e.message} (the allocator raised: {cause!r})"
                 raise type(e)(e.function, e.code, e.status, message) from cause
             raise
+        #: The plan's address as an int, for a compiled caller (torch_fast) that runs it
+        #: under its lock; 0 once destroyed (destroy unregisters it first, under the lock).
+        self.address = int(ffi.cast("uintptr_t", self.handle))
         self.fields = [(f, v[2], v[1]) for f, v in enumerate(views) if v is not None]
         self.layout = []
         offset = 0
@@ -290,6 +293,7 @@ class CachedPlan:
     def destroy(self) -> None:
         with self.lock:  # not while another thread executes it
             handle, self.handle = self.handle, None
+            self.address = 0
             for hook in _RELEASE_HOOKS:  # before the lock goes: nothing finds it after
                 hook(self)
         if handle is not None:

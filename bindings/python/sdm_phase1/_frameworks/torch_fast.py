@@ -11,8 +11,11 @@ current stream). A later call with that key runs in one C++ call (:data:`forward
 the output block from the caching allocator, ``sdm_p1_execute`` under the plan's lock, the
 outputs carved as :class:`torch_impl._PlanData` carves them; it returns ``(data, outputs)``, or
 None for anything else (no such key, a non-contiguous input, a capture, check on a GPU, a plan
-busy in another thread or refused by the library), and Python then takes its long way. Plans
-that the plan cache destroys or moves to another stream are unregistered first
+busy in another thread or refused by the library), and Python then takes its long way. The
+autograd formula's library call likewise (:data:`backward`): Python finds the backward plan
+(per stream, as before), the extension allocates the gradients and runs
+``sdm_p1_execute_backward`` on it, or returns None and Python runs it. Plans that the plan
+cache destroys or moves to another stream are unregistered first
 (``plan_cache.add_release_hook``).
 
 ``SDMP1_TORCH_FAST=0`` in the environment (read at import) or :func:`set_enabled` (False)
@@ -31,7 +34,7 @@ from typing import Any, Optional
 from .._c import ffi, lib, library_path
 from .._core import plan_cache
 
-__all__ = ["ENV_VAR", "forward", "register", "set_enabled", "available", "LOAD_ERROR"]
+__all__ = ["ENV_VAR", "forward", "backward", "register", "set_enabled", "available", "LOAD_ERROR"]
 
 #: The environment variable that turns the extension off ("0").
 ENV_VAR = "SDMP1_TORCH_FAST"
@@ -73,11 +76,14 @@ def _find() -> Optional[Any]:
 
 _ext = None if os.environ.get(ENV_VAR, "1") == "0" else _find()
 if _ext is not None:
-    _ext.set_library(int(ffi.cast("uintptr_t", lib.sdm_p1_execute)), plan_cache.note_hit)
+    _ext.set_library(int(ffi.cast("uintptr_t", lib.sdm_p1_execute)),
+                     int(ffi.cast("uintptr_t", lib.sdm_p1_execute_backward)), plan_cache.note_hit)
     plan_cache.add_release_hook(_ext.unregister_plan)
 
 #: The extension's forward (see the module), or None: the Python path alone.
 forward = None if _ext is None else _ext.forward
+#: The extension's backward (the autograd formula's library call), or None.
+backward = None if _ext is None else _ext.backward
 
 
 def available() -> bool:
@@ -88,9 +94,10 @@ def available() -> bool:
 def set_enabled(enabled: bool) -> bool:
     """Turns the extension on or off (where it is available); returns the previous state.
     Off, no call uses it and nothing is registered: the Python path alone."""
-    global forward
+    global forward, backward
     was = forward is not None
     forward = _ext.forward if enabled and _ext is not None else None
+    backward = _ext.backward if enabled and _ext is not None else None
     if not enabled and _ext is not None:
         _ext.clear()
     return was
@@ -102,11 +109,11 @@ def register(plan: plan_cache.CachedPlan, k_idx, q_idx, k_val, q_val, g, beta, s
     """Enters ``plan``, which the long way has just run a forward call on without grad, under
     that call's key (the arguments as given). Harmless twice; a no-op where the extension is
     off, the plan was destroyed, or the call has no key (the extension says)."""
-    if forward is None or _ext is None or plan.handle is None:
+    if forward is None or _ext is None or not plan.address:
         return
     data = plan.extra
     _ext.register_plan(k_idx, q_idx, k_val, q_val, g, beta, stream_lengths, num_parallel,
                        stream_offset, num_keys, valid_last, need_read_groups, rec_tile,
-                       det_fields, check, plan, int(ffi.cast("uintptr_t", plan.handle)),
+                       det_fields, check, plan, plan.address,
                        plan.lock, data, plan.workspace is not None, plan.stream,
                        data.fast_layout, data.fast_outputs, data.block_bytes)

@@ -741,15 +741,7 @@ class _Phase1Function(torch.autograd.Function):
     def backward(ctx, *grads):
         data, device, check = ctx.call
         need = ctx.needs_input_grad
-        fields = []
-        ups = []
-        for f, u in zip(data.float_fields, grads):
-            if u is not None:
-                if not u.is_contiguous():
-                    u = u.contiguous()  # e.g. sum()'s gradient is an expanded (strided) one
-                fields.append(f)
-                ups.append(u)
-        if not ups or not (need[0] or need[1] or need[2] or need[3]):
+        if not (need[0] or need[1] or need[2] or need[3]) or all(u is None for u in grads):
             return None, None, None, None, None
         k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths = ctx.saved_tensors
         stream = _current_stream(device) if device >= 0 else 0
@@ -763,24 +755,45 @@ class _Phase1Function(torch.autograd.Function):
             data.backward_plans[stream] = plan
         else:
             plan_cache.note_hit(plan)
-        lengths, code = (0, 0) if stream_lengths is None else lengths_arg(
-            stream_lengths, data.device, data.options[0])
-        outs = [k_val.new_empty(shape, dtype=dtype) for shape, dtype in plan.extra.specs]
-        # The payload and the ids were saved from one forward (autograd refuses them changed
-        # in place): the payload goes without the ids, not checked against them again.
-        ids = (0, 0) if payload is not None else (k_idx.data_ptr(), q_idx.data_ptr())
-        plan.execute_backward_fields(
-            ids[0], ids[1], k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
-            0 if beta is None else beta.data_ptr(), lengths, code,
-            0 if payload is None else payload.data_ptr(), fields, [u.data_ptr() for u in ups],
-            [o.data_ptr() for o in outs])
+        fast = torch_fast.backward  # the compiled call (None: not built, or off)
+        outs = None if fast is None else fast(plan, stream, k_idx, q_idx, k_val, q_val, g, beta,
+                                              stream_lengths, payload, data.float_fields, grads)
+        if outs is None:
+            outs = _backward_call(plan, data, k_idx, q_idx, k_val, q_val, g, beta, payload,
+                                  stream_lengths, grads)
         if check:
             _check_status(plan, device)
         if torch.is_grad_enabled():  # create_graph: their own backward raises
-            outs = _not_twice(outs, k_val, q_val, g, beta, ups)
+            outs = _not_twice(outs, k_val, q_val, g, beta, [u for u in grads if u is not None])
         return (outs[0] if need[0] else None, outs[1] if need[1] else None,
                 outs[2] if need[2] else None, outs[3] if need[3] and beta is not None else None,
                 None)
+
+
+def _backward_call(plan, data, k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths,
+                   grads) -> List[torch.Tensor]:
+    """The formula's library call in Python (where torch_fast's is not built, off, or
+    refuses it): the gradients allocated, sdm_p1_execute_backward run on ``plan``."""
+    fields = []
+    ups = []
+    for f, u in zip(data.float_fields, grads):
+        if u is not None:
+            if not u.is_contiguous():
+                u = u.contiguous()  # e.g. sum()'s gradient is an expanded (strided) one
+            fields.append(f)
+            ups.append(u)
+    lengths, code = (0, 0) if stream_lengths is None else lengths_arg(
+        stream_lengths, data.device, data.options[0])
+    outs = [k_val.new_empty(shape, dtype=dtype) for shape, dtype in plan.extra.specs]
+    # The payload and the ids were saved from one forward (autograd refuses them changed in
+    # place): the payload goes without the ids, not checked against them again.
+    ids = (0, 0) if payload is not None else (k_idx.data_ptr(), q_idx.data_ptr())
+    plan.execute_backward_fields(
+        ids[0], ids[1], k_val.data_ptr(), q_val.data_ptr(), g.data_ptr(),
+        0 if beta is None else beta.data_ptr(), lengths, code,
+        0 if payload is None else payload.data_ptr(), fields, [u.data_ptr() for u in ups],
+        [o.data_ptr() for o in outs])
+    return outs
 
 
 def _not_twice(outs, *inputs):
