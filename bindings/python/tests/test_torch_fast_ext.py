@@ -371,3 +371,12 @@ def test_backward_plan_destroyed_is_forgotten(monkeypatch):
     p1.clear_plan_cache()  # destroyed: forgotten, never run
     assert plan.handle is None and torch_fast._ext.backward(*args) is None
     assert spy.answers == []
+
+
+def test_not_used_beside_another_torch(monkeypatch):
+    """Built against another torch version, the extension is left aside, saying why."""
+    monkeypatch.setattr(torch_fast, "LOAD_ERROR", None)
+    assert torch_fast._find() is not None
+    monkeypatch.setattr(torch, "__version__", "0.0.1")
+    assert torch_fast._find() is None
+    assert "built against torch" in str(torch_fast.LOAD_ERROR)

@@ -136,5 +136,11 @@ PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__torch_fast() {
     if (!init_capture_query()) return nullptr;
-    return PyModule_Create(&module_def);
+    PyObject* module = PyModule_Create(&module_def);
+    // torch.__version__ at build time: Python uses the module only beside the same torch.
+    if (module != nullptr && PyModule_AddStringConstant(module, "TORCH_VERSION", SDMP1_TORCH_VERSION) != 0) {
+        Py_DECREF(module);
+        return nullptr;
+    }
+    return module;
 }

@@ -31,6 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
+
 from .._c import ffi, lib, library_path
 from .._core import plan_cache
 
@@ -40,13 +42,27 @@ __all__ = ["ENV_VAR", "forward", "backward", "register", "set_enabled", "availab
 ENV_VAR = "SDMP1_TORCH_FAST"
 _NAME = "sdm_phase1._torch_fast"
 
-#: Why the extension was not loaded where it was found but failed to load (else None).
+#: Why the extension was not used where it was found: it failed to load, or was built against
+#: another torch (else None).
 LOAD_ERROR: Optional[BaseException] = None
 
 
 def _find() -> Optional[Any]:
-    """The extension: the package's own (a wheel, an editable install), else the one beside
-    the loaded libsdmp1.so (a build folder, for the package run from a source tree)."""
+    """The extension, where it was built against the torch imported (PyTorch's C++ API has no
+    stable ABI across releases): the package's own (a wheel, an editable install), else the
+    one beside the loaded libsdmp1.so (a build folder, for the package run from a source
+    tree)."""
+    global LOAD_ERROR
+    module = _load()
+    built = getattr(module, "TORCH_VERSION", None)
+    if module is not None and built != torch.__version__:
+        LOAD_ERROR = ImportError(f"{module.__file__} was built against torch {built}, not the "
+                                 f"torch {torch.__version__} imported: rebuild it")
+        return None
+    return module
+
+
+def _load() -> Optional[Any]:
     global LOAD_ERROR
     try:
         from .. import _torch_fast  # type: ignore[attr-defined]
