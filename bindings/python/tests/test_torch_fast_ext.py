@@ -380,3 +380,39 @@ def test_not_used_beside_another_torch(monkeypatch):
     monkeypatch.setattr(torch, "__version__", "0.0.1")
     assert torch_fast._find() is None
     assert "built against torch" in str(torch_fast.LOAD_ERROR)
+
+
+@pytest.mark.parametrize("name", ["f32", "bf16-write-gates", "lengths-int64"])
+def test_forward_with_grad_same_bytes(name, monkeypatch):
+    """With grad, the autograd Function's forward runs its plan through the extension
+    (run_plan): the Python path's bytes, layout and autograd history."""
+    variant, kw = VARIANTS[name]
+    inputs, opts = _case(**variant)
+    t = torch_inputs(inputs, "cpu")
+    if "stream_lengths" in variant:
+        kw = dict(kw, stream_lengths=torch.from_numpy(variant["stream_lengths"]))
+    leaves = dict(t, k_val=t["k_val"].clone().requires_grad_())
+    torch_fast.set_enabled(False)
+    want = _call(leaves, opts, **kw)
+    torch_fast.set_enabled(True)
+    used = []
+    real = torch_fast.run_plan
+    monkeypatch.setattr(torch_fast, "run_plan", lambda *a: used.append(1) or real(*a))
+    got = _call(leaves, opts, **kw)
+    assert used
+    assert_same(want, got)
+    for n in ("a", "qk", "k_eff"):
+        w, g = getattr(want, n), getattr(got, n)
+        assert g.requires_grad and type(g.grad_fn) is type(w.grad_fn)
+        assert (g.dtype, g.shape, g.stride()) == (w.dtype, w.shape, w.stride())
+
+
+def test_run_plan_of_a_destroyed_plan_is_refused():
+    inputs, opts = _case()
+    t = torch_inputs(inputs, "cpu")
+    _call(t, opts)
+    plan = next(iter(plan_cache._cache.plans.values()))
+    args = (plan,) + tuple(t[n] for n in NAMES) + (t["beta"], None, opts["num_parallel"])
+    assert torch_fast.run_plan(*args) is not None
+    p1.clear_plan_cache()
+    assert torch_fast.run_plan(*args) is None

@@ -39,6 +39,45 @@ bool lengths_of(const CallArgs& a, const at::Tensor& k_idx, const void*& ptr, in
 
 PyObject* fallback() { Py_RETURN_NONE; }
 
+// The plan of `r` run on a new block, under its lock, its outputs carved: a new list, None
+// (busy, unregistered, refused by the library: the Python path runs the call), or nullptr
+// with a Python error set.
+PyObject* run_record(PlanRecord& r, const CallArgs& a, const at::Tensor& k_idx, const void* lengths,
+                     int32_t lengths_dtype) {
+    at::Tensor block;
+    sdm_p1_status rc = SDM_P1_SUCCESS;
+    {
+        PlanLock lock(r.lock);
+        // Unregistering happens under the plan's lock: with the lock held, a live record's
+        // handle is a live plan until the call returns.
+        if (!lock.held() || !r.alive) return fallback();
+        block = new_block(k_idx, r.block_bytes);   // may throw: the caller falls back
+        auto* base = static_cast<char*>(block.data_ptr());
+        void* outs[SDM_P1_FIELD_COUNT];
+        for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) outs[f] = base + r.field_offsets[static_cast<std::size_t>(f)];
+        sdm_p1_inputs in{};
+        in.struct_size = sizeof(sdm_p1_inputs);
+        in.k_idx = k_idx.data_ptr();
+        in.q_idx = THPVariable_Unpack(a.q_idx).data_ptr();
+        in.k_val = THPVariable_Unpack(a.k_val).data_ptr();
+        in.q_val = THPVariable_Unpack(a.q_val).data_ptr();
+        in.g = static_cast<const float*>(THPVariable_Unpack(a.g).data_ptr());
+        in.beta = a.beta == Py_None ? nullptr : static_cast<const float*>(THPVariable_Unpack(a.beta).data_ptr());
+        in.stream_lengths = lengths;
+        in.stream_lengths_dtype = lengths_dtype;
+        sdm_p1_plan* handle = r.handle;
+        void* stream = reinterpret_cast<void*>(r.stream);
+        // Without the GIL, as cffi calls it: the CPU backend computes here.
+        Py_BEGIN_ALLOW_THREADS rc = execute_fn(handle, &in, outs, SDM_P1_FIELD_COUNT, stream);
+        Py_END_ALLOW_THREADS
+    }
+    // A refused call (bad data on the CPU backend, checked before any output is written) goes
+    // the long way, which calls again and raises the library's error with its message.
+    if (rc != SDM_P1_SUCCESS) return fallback();
+    if (r.cuda && PyObject_SetAttrString(r.plan, "pending", Py_True) != 0) return nullptr;
+    return carve(block, r.outputs);
+}
+
 }   // namespace
 
 void set_library(ExecuteFn execute, PyObject* note_hit) {
@@ -67,48 +106,49 @@ PyObject* fast_forward(const CallArgs& a) {
     if (!lengths_of(a, k_idx, lengths, lengths_dtype)) return fallback();
     if (facts.cuda && (a.check == Py_True || current_stream_capturing() != 0)) return fallback();
 
-    // The call's own share of the record: another thread may unregister it (or empty the
-    // registry) while this one runs without the GIL.
-    PlanRecord& r = *found;
-    at::Tensor block;
-    sdm_p1_status rc = SDM_P1_SUCCESS;
-    {
-        PlanLock lock(r.lock);
-        // Unregistering happens under the plan's lock: with the lock held, a live record's
-        // handle is a live plan until the call returns.
-        if (!lock.held() || !r.alive) return fallback();
-        block = new_block(k_idx, r.block_bytes);   // may throw: the caller falls back
-        auto* base = static_cast<char*>(block.data_ptr());
-        void* outs[SDM_P1_FIELD_COUNT];
-        for (int f = 0; f < SDM_P1_FIELD_COUNT; ++f) outs[f] = base + r.field_offsets[static_cast<std::size_t>(f)];
-        sdm_p1_inputs in{};
-        in.struct_size = sizeof(sdm_p1_inputs);
-        in.k_idx = k_idx.data_ptr();
-        in.q_idx = THPVariable_Unpack(a.q_idx).data_ptr();
-        in.k_val = THPVariable_Unpack(a.k_val).data_ptr();
-        in.q_val = THPVariable_Unpack(a.q_val).data_ptr();
-        in.g = static_cast<const float*>(THPVariable_Unpack(a.g).data_ptr());
-        in.beta = a.beta == Py_None ? nullptr : static_cast<const float*>(THPVariable_Unpack(a.beta).data_ptr());
-        in.stream_lengths = lengths;
-        in.stream_lengths_dtype = lengths_dtype;
-        sdm_p1_plan* handle = r.handle;
-        void* stream = reinterpret_cast<void*>(facts.stream);
-        // Without the GIL, as cffi calls it: the CPU backend computes here.
-        Py_BEGIN_ALLOW_THREADS rc = execute_fn(handle, &in, outs, SDM_P1_FIELD_COUNT, stream);
-        Py_END_ALLOW_THREADS
+    // The call's own share of the record (found): another thread may unregister it (or
+    // empty the registry) while this one runs without the GIL.
+    PyObject* outs = run_record(*found, a, k_idx, lengths, lengths_dtype);
+    if (outs == nullptr || outs == Py_None) return outs;
+    PyObject* hit = PyObject_CallOneArg(note_hit_fn, found->plan);
+    if (hit == nullptr) {
+        Py_DECREF(outs);
+        return nullptr;
     }
-    // A refused call (bad data on the CPU backend, checked before any output is written) goes
-    // the long way, which calls again and raises the library's error with its message.
-    if (rc != SDM_P1_SUCCESS) return fallback();
-    if (r.cuda && PyObject_SetAttrString(r.plan, "pending", Py_True) != 0) return nullptr;
-    PyObject* hit = PyObject_CallOneArg(note_hit_fn, r.plan);
-    if (hit == nullptr) return nullptr;
     Py_DECREF(hit);
-    PyObject* outs = carve(block, r.outputs);
-    if (outs == nullptr) return nullptr;
-    PyObject* result = PyTuple_Pack(2, r.data, outs);
+    PyObject* result = PyTuple_Pack(2, found->data, outs);
     Py_DECREF(outs);
     return result;
+}
+
+PyObject* fast_run_plan(PyObject* const* args) {
+    // args: the plan, then k_idx, q_idx, k_val, q_val, g, beta, stream_lengths and
+    // num_parallel (the other options are the plan's: Python found it, and checked the call).
+    if (execute_fn == nullptr) return fallback();
+    CallArgs a{};
+    a.k_idx = args[1];
+    a.q_idx = args[2];
+    a.k_val = args[3];
+    a.q_val = args[4];
+    a.g = args[5];
+    a.beta = args[6];
+    a.stream_lengths = args[7];
+    a.num_parallel = args[8];
+    if (!THPVariable_CheckExact(a.k_idx) || !THPVariable_CheckExact(a.q_idx) || !THPVariable_CheckExact(a.k_val) ||
+        !THPVariable_CheckExact(a.q_val) || !THPVariable_CheckExact(a.g) ||
+        (a.beta != Py_None && !THPVariable_CheckExact(a.beta)) || !PyLong_CheckExact(a.num_parallel)) {
+        return fallback();
+    }
+    const std::shared_ptr<PlanRecord> found = plan_record(args[0]);
+    if (found == nullptr) {
+        PyErr_Clear();   // not one of ours, or destroyed: Python's own call says what it is
+        return fallback();
+    }
+    const at::Tensor& k_idx = THPVariable_Unpack(a.k_idx);
+    const void* lengths = nullptr;
+    int32_t lengths_dtype = 0;
+    if (!lengths_of(a, k_idx, lengths, lengths_dtype)) return fallback();
+    return run_record(*found, a, k_idx, lengths, lengths_dtype);
 }
 
 PyObject* register_call(const CallArgs& a, PyObject* const* p) {
@@ -121,9 +161,8 @@ PyObject* register_call(const CallArgs& a, PyObject* const* p) {
     if (stream != facts.stream) Py_RETURN_NONE;   // a plan a capture moved: not this stream's
     std::shared_ptr<PlanRecord> record = make_record(p[0], p[1], p[2], p[3], p[4], p[6], p[7], p[8]);
     if (record == nullptr) {
-        if (!PyErr_ExceptionMatches(PyExc_ValueError)) return nullptr;
-        PyErr_Clear();   // destroyed meanwhile: nothing to register
-        Py_RETURN_NONE;
+        if (PyErr_Occurred()) return nullptr;
+        Py_RETURN_NONE;   // destroyed meanwhile: nothing to register
     }
     record->stream = facts.stream;
     add_plan(key, record);

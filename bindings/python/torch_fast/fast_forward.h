@@ -24,6 +24,13 @@ bool library_set();
 // Python itself failed (no memory).
 PyObject* fast_forward(const CallArgs& args);
 
+// run_plan(plan, k_idx, q_idx, k_val, q_val, g, beta, stream_lengths, num_parallel) ->
+// [outputs in carve's order] or None: the forward plan that Python found for a call (and
+// checked the call for: _call_plan), run and carved; the autograd Function's forward calls
+// it. Its record is made from the plan's attributes at its first call.
+constexpr Py_ssize_t kRunPlanArgCount = 9;
+PyObject* fast_run_plan(PyObject* const* args);
+
 // register_plan's work: `args` as the forward's, then the record's parts (registry.h).
 // Returns None; registers nothing where the call has no key or runs on a stream other than
 // the plan's.

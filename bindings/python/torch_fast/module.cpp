@@ -63,6 +63,18 @@ PyObject* register_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
 }
 
+// run_plan(plan, k_idx, q_idx, k_val, q_val, g, beta, stream_lengths, num_parallel)
+//   -> [outputs] or None (fast_forward.h)
+PyObject* run_plan(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (!arg_count("run_plan", nargs, kRunPlanArgCount)) return nullptr;
+    try {
+        return fast_run_plan(args);
+    } catch (const std::exception&) {   // c10::Error (e.g. out of memory): Python's call says it
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+}
+
 // backward(plan, stream, k_idx, q_idx, k_val, q_val, g, beta, stream_lengths, payload, fields,
 //          grads) -> [gradients] or None (fast_backward.h)
 PyObject* backward(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -110,6 +122,8 @@ PyMethodDef methods[] = {
      "The forward of a registered plan: (data, outputs), or None (take the Python path)."},
     {"register_plan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(register_plan)), METH_FASTCALL,
      "Registers a forward plan under a call's key."},
+    {"run_plan", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run_plan)), METH_FASTCALL,
+     "A forward plan that Python found for a call, run: the outputs, or None (take the Python path)."},
     {"backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(backward)), METH_FASTCALL,
      "The autograd formula's library call: the gradients, or None (take the Python path)."},
     {"unregister_plan", unregister_plan, METH_O, "Forgets every key of a plan."},

@@ -193,6 +193,40 @@ std::shared_ptr<PlanRecord> make_record(PyObject* plan, PyObject* handle, PyObje
     return r;
 }
 
+std::shared_ptr<PlanRecord> plan_record(PyObject* plan) {
+    const auto it = by_plan.find(plan);
+    if (it != by_plan.end()) return it->second;
+    // New references, dropped below whatever happens.
+    PyObject* parts[8] = {};
+    const char* plan_attrs[] = {"address", "lock", "extra", "workspace", "stream"};
+    for (int i = 0; i < 5; ++i) {
+        parts[i] = PyObject_GetAttrString(plan, plan_attrs[i]);
+    }
+    const char* data_attrs[] = {"fast_layout", "fast_outputs", "block_bytes"};
+    for (int i = 0; i < 3; ++i) {
+        parts[5 + i] = parts[2] == nullptr ? nullptr : PyObject_GetAttrString(parts[2], data_attrs[i]);
+    }
+    std::shared_ptr<PlanRecord> r;
+    bool complete = true;
+    for (PyObject* part : parts) complete = complete && part != nullptr;
+    if (complete) {
+        PyObject* cuda = parts[3] == Py_None ? Py_False : Py_True;
+        r = make_record(plan, parts[0], parts[1], parts[2], cuda, parts[5], parts[6], parts[7]);
+        int64_t stream = 0;
+        if (r != nullptr && int_of(parts[4], stream)) {
+            r->stream = static_cast<std::uintptr_t>(stream);
+            by_plan.emplace(plan, r);
+        } else {
+            r = nullptr;
+        }
+    }
+    for (PyObject* part : parts) Py_XDECREF(part);
+    if (r == nullptr && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "sdm_phase1._torch_fast: a destroyed plan");
+    }
+    return r;
+}
+
 std::shared_ptr<PlanRecord> find_plan(const CallKey& key) {
     const auto it = by_key.find(key);
     return it == by_key.end() ? nullptr : it->second;

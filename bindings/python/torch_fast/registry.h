@@ -79,6 +79,12 @@ std::shared_ptr<BackwardRecord> backward_record(PyObject* plan);
 std::shared_ptr<PlanRecord> make_record(PyObject* plan, PyObject* handle, PyObject* lock, PyObject* data,
                                         PyObject* cuda, PyObject* layout, PyObject* outputs, PyObject* block_bytes);
 
+// The record of the forward plan `plan`: its registered one, else one made from its
+// attributes (address, lock, workspace, stream, extra's fast_layout, fast_outputs and
+// block_bytes) and kept without a key; nullptr with a Python error set where they are not a
+// live CachedPlan's with a _PlanData.
+std::shared_ptr<PlanRecord> plan_record(PyObject* plan);
+
 // The registered record of `key`, or nullptr.
 std::shared_ptr<PlanRecord> find_plan(const CallKey& key);
 // Registers `record` under `key`; a record already registered for the same plan is reused

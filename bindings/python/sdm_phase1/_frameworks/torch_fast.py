@@ -11,7 +11,9 @@ current stream). A later call with that key runs in one C++ call (:data:`forward
 the output block from the caching allocator, ``sdm_p1_execute`` under the plan's lock, the
 outputs carved as :class:`torch_impl._PlanData` carves them; it returns ``(data, outputs)``, or
 None for anything else (no such key, a non-contiguous input, a capture, check on a GPU, a plan
-busy in another thread or refused by the library), and Python then takes its long way. The
+busy in another thread or refused by the library), and Python then takes its long way. A call
+with grad goes through Python's lookup and autograd Function, whose forward runs the plan it
+found through the extension (:data:`run_plan`: the block, the execute, the carve). The
 autograd formula's library call likewise (:data:`backward`): Python finds the backward plan
 (per stream, as before), the extension allocates the gradients and runs
 ``sdm_p1_execute_backward`` on it, or returns None and Python runs it. Plans that the plan
@@ -36,7 +38,7 @@ import torch
 from .._c import ffi, lib, library_path
 from .._core import plan_cache
 
-__all__ = ["ENV_VAR", "forward", "backward", "register", "set_enabled", "available", "LOAD_ERROR"]
+__all__ = ["ENV_VAR", "forward", "run_plan", "backward", "register", "set_enabled", "available", "LOAD_ERROR"]
 
 #: The environment variable that turns the extension off ("0").
 ENV_VAR = "SDMP1_TORCH_FAST"
@@ -98,6 +100,9 @@ if _ext is not None:
 
 #: The extension's forward (see the module), or None: the Python path alone.
 forward = None if _ext is None else _ext.forward
+#: The extension's run of a forward plan that Python found (the autograd Function's forward
+#: and the long way), or None.
+run_plan = None if _ext is None else _ext.run_plan
 #: The extension's backward (the autograd formula's library call), or None.
 backward = None if _ext is None else _ext.backward
 
@@ -110,9 +115,10 @@ def available() -> bool:
 def set_enabled(enabled: bool) -> bool:
     """Turns the extension on or off (where it is available); returns the previous state.
     Off, no call uses it and nothing is registered: the Python path alone."""
-    global forward, backward
+    global forward, run_plan, backward
     was = forward is not None
     forward = _ext.forward if enabled and _ext is not None else None
+    run_plan = _ext.run_plan if enabled and _ext is not None else None
     backward = _ext.backward if enabled and _ext is not None else None
     if not enabled and _ext is not None:
         _ext.clear()

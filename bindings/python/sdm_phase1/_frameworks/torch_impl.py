@@ -538,6 +538,13 @@ def _carved_outputs(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_va
     """The plan executed into a new output block, the repeats counted where asked, and the
     outputs carved from the block (Phase1's computed values, in the plan's order)."""
     data = plan.extra
+    run = torch_fast.run_plan  # the same, compiled (None: not built, or off)
+    if run is not None and repeats is None:
+        outs = run(plan, k_idx, q_idx, k_val, q_val, g, beta, stream_lengths, num_parallel)
+        if outs is not None:
+            if check:
+                _check_status(plan, device)
+            return outs
     block = _execute(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_val, g, beta,
                      stream_lengths)
     if repeats is not None:
