@@ -748,7 +748,8 @@ class _Phase1Function(torch.autograd.Function):
     def backward(ctx, *grads):
         data, device, check = ctx.call
         need = ctx.needs_input_grad
-        if not (need[0] or need[1] or need[2] or need[3]) or grads.count(None) == len(grads):
+        # (Not grads.count(None): that compares tensors with None elementwise.)
+        if not (need[0] or need[1] or need[2] or need[3]) or all(u is None for u in grads):
             return None, None, None, None, None
         k_idx, q_idx, k_val, q_val, g, beta, payload, stream_lengths = ctx.saved_tensors
         stream = _current_stream(device) if device >= 0 else 0
