@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import sdm_phase1 as p1
 from gpu_support import assert_same as _assert_same
-from gpu_support import split, to_numpy, torch_inputs
+from gpu_support import cuda_skip_reason, split, to_numpy, torch_inputs
 from sdm_phase1._core import plan_cache
 from test_reference import make_case
 
@@ -106,13 +106,24 @@ VARIANTS = {
 }
 
 
+def _cuda_reason():
+    return cuda_skip_reason() or (None if torch.cuda.is_available() else "torch sees no CUDA device")
+
+
+#: The devices of the byte comparisons: the CPU backend everywhere, the CUDA backend (PyTorch's
+#: current stream, its caching allocator) where a GPU is.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(_cuda_reason() is not None,
+                                                                  reason=str(_cuda_reason())))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_same_bytes_as_the_python_path(name):
+def test_same_bytes_as_the_python_path(name, device):
     variant, kw = VARIANTS[name]
     inputs, opts = _case(**variant)
-    t = torch_inputs(inputs, "cpu")
+    t = torch_inputs(inputs, device)
     if "stream_lengths" in variant:
-        kw = dict(kw, stream_lengths=torch.from_numpy(variant["stream_lengths"]))
+        kw = dict(kw, stream_lengths=torch.from_numpy(variant["stream_lengths"]).to(device))
     created = p1.plan_cache_info()["created"]
     want = _python(t, opts, **kw)
     first = _call(t, opts, **kw)  # the long way, which registers the plan
@@ -307,18 +318,19 @@ BACKWARD_VARIANTS = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", list(BACKWARD_VARIANTS))
 @pytest.mark.parametrize("fields", [FLOATS, ("qk", "k_eff"), ("rex",)])
-def test_backward_same_bytes_as_the_python_path(name, fields, monkeypatch):
+def test_backward_same_bytes_as_the_python_path(name, fields, device, monkeypatch):
     variant, kw = BACKWARD_VARIANTS[name]
     inputs, opts = _case(3, **variant)
-    t = torch_inputs(inputs, "cpu")
+    t = torch_inputs(inputs, device)
     if "stream_lengths" in variant:
-        kw = dict(kw, stream_lengths=torch.from_numpy(variant["stream_lengths"]))
+        kw = dict(kw, stream_lengths=torch.from_numpy(variant["stream_lengths"]).to(device))
     shapes = _python(t, opts, **kw)
     rng = np.random.default_rng(5)
     ups = {f: torch.from_numpy(rng.standard_normal(getattr(shapes, f).shape))
-           .to(getattr(shapes, f).dtype) for f in fields}
+           .to(getattr(shapes, f).dtype).to(device) for f in fields}
     torch_fast.set_enabled(False)
     want = _gradients(t, opts, ups, kw)
     torch_fast.set_enabled(True)
