@@ -48,8 +48,10 @@ def assert_same(want, got):
 def _fresh():
     """Each test from an empty plan cache and registry, the extension on."""
     torch_fast.set_enabled(True)
+    was, torch_fast.cuda = torch_fast.cuda, True  # CUDA tensors too, where a GPU is
     p1.clear_plan_cache()
     yield
+    torch_fast.cuda = was
     torch_fast.set_enabled(True)
     p1.clear_plan_cache()
 
@@ -268,6 +270,22 @@ def test_turned_off_by_the_environment():
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "None"]
+
+
+@pytest.mark.parametrize("value, want", [(None, "False"), ("1", "True"), ("0", "False")])
+def test_cuda_tensors_only_where_the_environment_says(value, want):
+    """CUDA tensors take the extension only with SDMP1_TORCH_FAST_CUDA=1 (its CUDA half has
+    not run on a GPU yet); the CPU's take it either way."""
+    code = ("import torch, sdm_phase1; from sdm_phase1._frameworks import torch_fast; "
+            "print(torch_fast.available(), torch_fast.cuda)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("SDMP1_TORCH_FAST_CUDA", None)
+    if value is not None:
+        env["SDMP1_TORCH_FAST_CUDA"] = value
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", want]
 
 
 def test_python_fast_lookup_untouched_when_off():
