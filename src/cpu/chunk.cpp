@@ -20,7 +20,10 @@ size_t ChunkScratch::bytes(const Options& o) {
            align64(C * static_cast<size_t>(o.gate_width) * sizeof(Fix)) +
            (o.gate_width == 1 ? align64(C * sizeof(double)) : 0) + align64(walk_mask_bytes(o)) +
            3 * align64(n * sizeof(uint32_t)) + align64(n * sizeof(Fix)) + 4 * align64(n * sizeof(uint32_t)) +
-           align64(C * static_cast<size_t>(o.W) * sizeof(uint32_t)) + align64(2 * C * sizeof(double));
+           align64(C * static_cast<size_t>(o.W) * sizeof(uint32_t)) + align64(2 * C * sizeof(double)) +
+           align64(C * static_cast<size_t>(o.W) * sizeof(double)) +
+           align64(C * static_cast<size_t>(o.W) * sizeof(int32_t)) + align64(C * sizeof(Fix)) +
+           align64(C * sizeof(double)) + align64(C * sizeof(int32_t));
 }
 
 void ChunkScratch::bind(void* base, const Options& o) {
@@ -41,6 +44,11 @@ void ChunkScratch::bind(void* base, const Options& o) {
     firsts = take<uint32_t>(p, n);
     write_row = take<uint32_t>(p, C * static_cast<size_t>(o.W));
     row_sums = take<double>(p, 2 * C);
+    run_exp = take<double>(p, C * static_cast<size_t>(o.W));
+    run_row = take<int32_t>(p, C * static_cast<size_t>(o.W));
+    token_arg = take<Fix>(p, C);
+    token_exp = take<double>(p, C);
+    token_row = take<int32_t>(p, C);
 }
 
 // The stages in order, as the general kernel runs them (phase1_kernel in

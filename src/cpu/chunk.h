@@ -39,6 +39,13 @@ struct ChunkScratch {
     uint32_t* firsts;      // n, by r: valid first writes of groups at or after it
     uint32_t* write_row;   // C * W, by write-row index: the sorted position of each write entry
     double* row_sums;      // 2 * C: stage "pair sums"' row of a, then of qk
+    // Stage "pair sums"' exps kept for reuse (RowExps in chunk_stages.h), each with the row
+    // (token) it was taken for:
+    double* run_exp;   // C * W, by write-row index of a run's top: the run's exp
+    int32_t* run_row;
+    Fix* token_arg;      // C, by token j: the last argument taken for a run of token j
+    double* token_exp;   // C, by token j: its exp
+    int32_t* token_row;
 
     static size_t bytes(const Options& opt);
     // Lays the arrays out from `base` (16-byte aligned, bytes(opt) long).

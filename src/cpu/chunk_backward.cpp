@@ -105,18 +105,23 @@ void decode_payload(const Chunk& k, const InputRecord& in, const int32_t* row, c
 
 // Stage "pair sums", row side: rho of the entry at r, the forward's walk over the earlier
 // writes of its group that pair with it, nearest first; delta is the upstream a (K entry) or
-// qk (Q entry) cell of its token and the write's.
-double row_sum(const Chunk& k, const UpstreamGrads& up, const ChunkScratch& s, int r) {
+// qk (Q entry) cell of its token and the write's. Its exps are the forward's, kept for reuse
+// as the forward keeps them (exps: by run within its token's row, by the run's token).
+double row_sum(const Chunk& k, const UpstreamGrads& up, const ChunkScratch& s, const RowExps& exps, int r) {
     const uint32_t p = s.payload[r];
     const float* delta = (p & kIsQ) ? up.qk : up.a;
     const int64_t cells = (k.c * k.o.C + payload_token(p)) * k.o.C;   // its token's row
     double acc = 0.0;
-    walk_earlier_writes(s, r, [&](int tj, double e, uint32_t bottom, uint32_t top) {
-        const float d = upstream_f32(delta, cells + tj);
-        for (uint32_t x = top; x > bottom; --x) {
-            acc = walk_term_add(acc, d, entry_value(k, s, s.payload[s.write_row[x - 1]]), e);
-        }
-    });
+    const int i = payload_token(p);
+    walk_earlier_writes(
+        s, r,
+        [&](int tj, double e, uint32_t bottom, uint32_t top) {
+            const float d = upstream_f32(delta, cells + tj);
+            for (uint32_t x = top; x > bottom; --x) {
+                acc = walk_term_add(acc, d, entry_value(k, s, s.payload[s.write_row[x - 1]]), e);
+            }
+        },
+        [&](uint32_t top, int tj) { return exps.get(i, r, top, tj); });
     return acc;
 }
 
@@ -147,7 +152,8 @@ double column_sum(const Chunk& k, const UpstreamGrads& up, const ChunkScratch& s
 // ascending order each entry's sums, its combine (writing its value's gradient), the prefix
 // of rbar and the total's adjoint; then, descending, the suffix of gbar and each non-repeat
 // K entry's gate adjoint.
-void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScratch& bs, int h, int end) {
+void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScratch& bs, const RowExps& exps, int h,
+                    int end) {
     const Options& o = k.o;
     const ChunkScratch& s = bs.fwd;
     const UpstreamGrads& up = b.up;
@@ -158,7 +164,7 @@ void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScrat
         const int t = payload_token(p), lane = static_cast<int>(p & kLaneMask);
         const float v = entry_value(k, s, p);
         const double e_log = exp_fix(s.log[r]);
-        const double rho = row_sum(k, up, s, r);
+        const double rho = row_sum(k, up, s, exps, r);
         bs.e_log[r] = e_log;
         if (p & kIsQ) {
             const int64_t i = (k.c * o.C + t) * o.R + lane;
@@ -195,10 +201,11 @@ void group_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScrat
 // The valid entries' groups in sorted order (the valid entries come first).
 void chunk_adjoints(const Chunk& k, const BackwardRecord& b, const BackwardScratch& bs) {
     const int valid_entries = k.t_valid * (k.o.W + k.o.R);
+    const RowExps exps(bs.fwd, k.o.C, k.o.W);
     for (int h = 0; h < valid_entries;) {
         int end = h + 1;
         while (end < valid_entries && !(bs.fwd.payload[end] & kHead)) ++end;
-        group_adjoints(k, b, bs, h, end);
+        group_adjoints(k, b, bs, exps, h, end);
         h = end;
     }
 }

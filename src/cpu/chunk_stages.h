@@ -345,10 +345,10 @@ inline uint32_t walk_start(const ChunkScratch& s, int r) {
 // slot, the nearest ones. The range is taken a run at a time: a token's writes of one slot
 // are consecutive there and share one log-cumsum (a repeat adds no gate), so a run takes one
 // exp. For each run, nearest first: visit(token, exp(log_r - log_run), bottom, top), the run
-// being the write-row indices [bottom, top), to be taken from top - 1 down. Needs the write
-// row (list_writes).
-template <typename Visit>
-inline void walk_earlier_writes(const ChunkScratch& s, int r, Visit visit) {
+// being the write-row indices [bottom, top), to be taken from top - 1 down; the exp is
+// exp_of(top, token) (RowExps), or exp_fix of the argument. Needs the write row (list_writes).
+template <typename Visit, typename ExpOf>
+inline void walk_earlier_writes(const ChunkScratch& s, int r, Visit visit, ExpOf exp_of) {
     const auto write_token = [&](uint32_t j) { return payload_token(s.payload[s.write_row[j]]); };
     const uint32_t p = s.payload[r];
     const uint32_t lo = walk_start(s, r);
@@ -360,10 +360,55 @@ inline void walk_earlier_writes(const ChunkScratch& s, int r, Visit visit) {
         const int tj = write_token(top - 1);
         uint32_t bottom = top - 1;   // the run: [bottom, top)
         while (bottom > lo && write_token(bottom - 1) == tj) --bottom;
-        visit(tj, exp_fix(fix_sub(s.log[r], s.log[s.write_row[top - 1]])), bottom, top);
+        visit(tj, exp_of(top, tj), bottom, top);
         top = bottom;
     }
 }
+
+template <typename Visit>
+inline void walk_earlier_writes(const ChunkScratch& s, int r, Visit visit) {
+    walk_earlier_writes(s, r, visit,
+                        [&](uint32_t top, int) { return exp_fix(fix_sub(s.log[r], s.log[s.write_row[top - 1]])); });
+}
+
+// The exps of one row (token i) of stage "pair sums", each taken once per exact argument
+// where two sources tell that arguments are equal (exp_fix is a function of its argument:
+// no bit changes). By run: the walkers of token i in one slot group share their log (a
+// repeat adds no gate; a read after its token's writes of the slot has their log, and one
+// without them the latest earlier write's), so the group's runs have the same exps for each
+// of them (a token's reads of the slots it wrote: most of the qk terms of skewed chunks). By
+// token: a run of token j whose argument equals the last one seen for j in this row takes
+// its exp (the slots every token between j and i wrote, whose arguments are all the sum of
+// those tokens' gates: the dense rows of hot slots).
+class RowExps {
+public:
+    // Forgets the exps of an earlier chunk.
+    RowExps(const ChunkScratch& s, int C, int W) : s_(s) {
+        std::fill(s.run_row, s.run_row + C * W, -1);
+        std::fill(s.token_row, s.token_row + C, -1);
+    }
+    // The exp of log_r - log_run for the walker at sorted position r of row i and the run of
+    // token tj whose top is write-row index top.
+    double get(int i, int r, uint32_t top, int tj) const {
+        if (s_.run_row[top] == i) return s_.run_exp[top];
+        const Fix arg = fix_sub(s_.log[r], s_.log[s_.write_row[top - 1]]);
+        double e;
+        if (s_.token_row[tj] == i && fix_equal(s_.token_arg[tj], arg)) {
+            e = s_.token_exp[tj];
+        } else {
+            e = exp_fix(arg);
+            s_.token_row[tj] = i;
+            s_.token_arg[tj] = arg;
+            s_.token_exp[tj] = e;
+        }
+        s_.run_row[top] = i;
+        s_.run_exp[top] = e;
+        return e;
+    }
+
+private:
+    const ChunkScratch& s_;
+};
 
 // Stage "pair sums" (twin: pair_sums in kernels/general/stage_pairs.cuh, its paths in
 // pair_one_batch.cuh and pair_windows.cuh; lean: kernels/lean/lean_pairs.cuh): lists the write
@@ -379,6 +424,7 @@ inline void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScrat
     double* row_qk = s.row_sums + C;
     float* a = out.a + k.c * C * C;
     float* qk = out.qk + k.c * C * C;
+    const RowExps exps(s, C, W);
     for (int i = 0; i < C; ++i) {
         std::fill(row_a, row_a + 2 * C, 0.0);
         for (int j = 0; i < k.t_valid && j < WR; ++j) {
@@ -387,15 +433,18 @@ inline void pair_sums(const Chunk& k, const OutputBuffers& out, const ChunkScrat
             if (!((s.walk_mask[walk_mask_base(W, R, i, is_q) + (lane >> 5)] >> (lane & 31)) & 1u)) continue;
             const float v = s.value[i * WR + j];
             double* const row = is_q ? row_qk : row_a;
-            walk_earlier_writes(s, static_cast<int>(s.position[i * WR + j]),
-                                [&](int tj, double e, uint32_t bottom, uint32_t top) {
-                                    double sum = row[tj];
-                                    for (uint32_t x = top; x > bottom; --x) {
-                                        const float w = entry_value(k, s, s.payload[s.write_row[x - 1]]);
-                                        sum = pair_term_add(sum, pair_term(v, w, e));
-                                    }
-                                    row[tj] = sum;
-                                });
+            const int r = static_cast<int>(s.position[i * WR + j]);
+            walk_earlier_writes(
+                s, r,
+                [&](int tj, double e, uint32_t bottom, uint32_t top) {
+                    double sum = row[tj];
+                    for (uint32_t x = top; x > bottom; --x) {
+                        const float w = entry_value(k, s, s.payload[s.write_row[x - 1]]);
+                        sum = pair_term_add(sum, pair_term(v, w, e));
+                    }
+                    row[tj] = sum;
+                },
+                [&](uint32_t top, int tj) { return exps.get(i, r, top, tj); });
         }
         for (int j = 0; j < C; ++j) {
             a[i * C + j] = j < i ? to_f32(row_a[j]) : 0.0f;
