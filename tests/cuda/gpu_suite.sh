@@ -3,13 +3,14 @@
 # repository root:
 #
 #   tests/cuda/gpu_suite.sh [--only-build] [--no-test] [--no-sanitizer] [--no-python] [--no-bench]
-#                      [--build-dir DIR] [--arch LIST] [--log-dir DIR]
+#                      [--no-overhead] [--build-dir DIR] [--arch LIST] [--log-dir DIR]
 #
 # Steps: configure (meson, CUDA enabled, kernels for sm_90 unless --arch), compile, meson test
 # (every C/C++ test, tests/cuda/test_cuda, test_arith_device, test_stage_dump_cuda included),
 # test_cuda --quick under compute-sanitizer's memcheck (racecheck, initcheck and synccheck: a
 # few cases of its "cover" and "two_blocks" families), the Python tests
-# against the CUDA build, and the CUDA benchmark (phase1_bench --backend cuda --json).
+# against the CUDA build, the CUDA benchmark (phase1_bench --backend cuda --json) and the host
+# time of a cached PyTorch call (bench_overhead.py, fast path and Python path).
 # The terminal gets one line per step (PASS / FAIL / SKIP, counts, seconds) and a summary
 # with the GPU and driver; each step's full log goes to the log dir: --log-dir, else $OUT,
 # else /tmp/gpu_suite. Where $OUT is set the step logs are bundled into logs.tar.gz (failed
@@ -24,19 +25,20 @@ cd "$root"
 build="build-gpu"
 arch=90
 log="${OUT:-/tmp/gpu_suite}"
-do_test=1 do_sanitizer=1 do_python=1 do_bench=1
+do_test=1 do_sanitizer=1 do_python=1 do_bench=1 do_overhead=1
 
 while [ $# -gt 0 ]; do
     case "$1" in
-        --only-build) do_test=0 do_sanitizer=0 do_python=0 do_bench=0 ;;
+        --only-build) do_test=0 do_sanitizer=0 do_python=0 do_bench=0 do_overhead=0 ;;
         --no-test) do_test=0 ;;
         --no-sanitizer) do_sanitizer=0 ;;
         --no-python) do_python=0 ;;
         --no-bench) do_bench=0 ;;
+        --no-overhead) do_overhead=0 ;;
         --build-dir) build="$2"; shift ;;
         --arch) arch="$2"; shift ;;
         --log-dir) log="$2"; shift ;;
-        -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "gpu_suite.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -234,6 +236,32 @@ if [ "$do_bench" = 1 ]; then
         run_step bench sum_bench "$build/bench/phase1_bench" --backend cuda --json "$log/bench.json"
     else
         skip_step bench "not built"
+    fi
+fi
+
+# The host time of a cached PyTorch call (bindings/python/benchmarks/bench_overhead.py, issue
+# 44's 20 us at S6), through the compiled fast path sdm_phase1._torch_fast where the build has
+# it (CUDA tensors take it with SDMP1_TORCH_FAST_CUDA=1), then through the Python path alone.
+overhead() {
+    if ! python3 -c 'import cffi, torch' 2>/dev/null; then
+        echo "python3 lacks cffi or torch: skipped"
+        return 77
+    fi
+    local lib
+    lib="$(cd "$build" && pwd)/libsdmp1.so"
+    echo "== the compiled fast path (SDMP1_TORCH_FAST_CUDA=1)"
+    SDMP1_LIBRARY="$lib" SDMP1_TORCH_FAST_CUDA=1 python3 bindings/python/benchmarks/bench_overhead.py \
+        --out "$log/overhead_fast.txt" || return
+    echo "== the Python path (SDMP1_TORCH_FAST=0)"
+    SDMP1_LIBRARY="$lib" SDMP1_TORCH_FAST=0 python3 bindings/python/benchmarks/bench_overhead.py \
+        --out "$log/overhead_python.txt"
+}
+sum_overhead() { grep -cE 'us' "$1" | sed 's/$/ timed lines/'; }
+if [ "$do_overhead" = 1 ]; then
+    if [ "$built" = 1 ]; then
+        run_step overhead sum_overhead overhead
+    else
+        skip_step overhead "not built"
     fi
 fi
 
