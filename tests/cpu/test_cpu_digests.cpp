@@ -23,18 +23,14 @@
 
 #include "sdm/phase1.h"
 #include "test_util.h"
+#include "../splitmix64.h"
 
 namespace {
 
 // splitmix64: a portable stream of 64-bit words.
 struct Rng {
     uint64_t s;
-    uint64_t next() {
-        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+    uint64_t next() { return splitmix64(&s); }
     // Uniform in [0, n), n < 2^32.
     uint32_t below(uint64_t n) { return static_cast<uint32_t>(((next() >> 32) * n) >> 32); }
 };

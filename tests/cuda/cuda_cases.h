@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sdm/phase1.h"
+#include "../splitmix64.h"
 
 namespace cuda_test {
 
@@ -25,12 +26,7 @@ namespace cuda_test {
 class Rng {
 public:
     explicit Rng(uint64_t seed) : s_(seed) {}
-    uint64_t next() {
-        uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+    uint64_t next() { return splitmix64(&s_); }
     // Uniform in [0, n), n >= 1.
     int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
     // Uniform in [lo, hi).

@@ -7,6 +7,8 @@
 #include <limits>
 #include <string>
 
+#include "../splitmix64.h"
+
 namespace fuzz {
 
 namespace {
@@ -67,12 +69,7 @@ int64_t edge(Bytes& b) { return kEdges[b.u8() % count_of(kEdges)]; }
 // splitmix64: the data of a case from its seed.
 struct Rng {
     uint64_t s;
-    uint64_t next() {
-        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+    uint64_t next() { return splitmix64(&s); }
     float unit() { return static_cast<float>(next() >> 40) * 0x1p-24f * 2.0f - 1.0f; }   // [-1, 1)
     bool chance(int in_256) { return static_cast<int>(next() & 255u) < in_256; }
 };
