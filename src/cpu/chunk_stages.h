@@ -371,9 +371,9 @@ inline void walk_earlier_writes(const ChunkScratch& s, int r, Visit visit) {
                         [&](uint32_t top, int) { return exp_fix(fix_sub(s.log[r], s.log[s.write_row[top - 1]])); });
 }
 
-// The exps of one row (token i) of stage "pair sums", each taken once per exact argument
-// where two sources tell that arguments are equal (exp_fix is a function of its argument:
-// no bit changes). By run: the walkers of token i in one slot group share their log (a
+// The exps of a chunk's stage "pair sums" (and of the backward's row sums), row by row (the
+// walker's token i), each taken once per exact argument where two sources tell that
+// arguments are equal (exp_fix is a function of its argument: no bit changes). By run: the walkers of token i in one slot group share their log (a
 // repeat adds no gate; a read after its token's writes of the slot has their log, and one
 // without them the latest earlier write's), so the group's runs have the same exps for each
 // of them (a token's reads of the slots it wrote: most of the qk terms of skewed chunks). By
