@@ -41,7 +41,7 @@ struct ChunkScratch {
     double* row_sums;      // 2 * C: stage "pair sums"' row of a, then of qk
     // Stage "pair sums"' exps kept for reuse (RowExps in chunk_stages.h), each with the row
     // (token) it was taken for:
-    double* run_exp;   // C * W, by write-row index of a run's top: the run's exp
+    double* run_exp;   // C * W, by write-row index of a run's nearest write: its exp
     int32_t* run_row;
     Fix* token_arg;      // C, by token j: the last argument taken for a run of token j
     double* token_exp;   // C, by token j: its exp

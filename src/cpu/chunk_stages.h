@@ -373,13 +373,14 @@ inline void walk_earlier_writes(const ChunkScratch& s, int r, Visit visit) {
 
 // The exps of a chunk's stage "pair sums" (and of the backward's row sums), row by row (the
 // walker's token i), each taken once per exact argument where two sources tell that
-// arguments are equal (exp_fix is a function of its argument: no bit changes). By run: the walkers of token i in one slot group share their log (a
-// repeat adds no gate; a read after its token's writes of the slot has their log, and one
-// without them the latest earlier write's), so the group's runs have the same exps for each
-// of them (a token's reads of the slots it wrote: most of the qk terms of skewed chunks). By
-// token: a run of token j whose argument equals the last one seen for j in this row takes
-// its exp (the slots every token between j and i wrote, whose arguments are all the sum of
-// those tokens' gates: the dense rows of hot slots).
+// arguments are equal (exp_fix is a function of its argument: no bit changes). By run: the
+// walkers of token i in one slot group share their log (a repeat adds no gate; a read after
+// its token's writes of the slot has their log, and one without them the latest earlier
+// write's), so the group's runs have the same exps for each of them, kept by the run's
+// nearest write (a token's reads of the slots it wrote: most of the qk terms of skewed
+// chunks). By token: a run of token j whose argument equals the last one seen for j in this
+// row takes its exp (the slots every token between j and i wrote, whose arguments are all the
+// sum of those tokens' gates: the dense rows of hot slots).
 class RowExps {
 public:
     // Forgets the exps of an earlier chunk.
@@ -390,8 +391,9 @@ public:
     // The exp of log_r - log_run for the walker at sorted position r of row i and the run of
     // token tj whose top is write-row index top.
     double get(int i, int r, uint32_t top, int tj) const {
-        if (s_.run_row[top] == i) return s_.run_exp[top];
-        const Fix arg = fix_sub(s_.log[r], s_.log[s_.write_row[top - 1]]);
+        const uint32_t x = top - 1u;   // the run's nearest write: the run's index, below C * W
+        if (s_.run_row[x] == i) return s_.run_exp[x];
+        const Fix arg = fix_sub(s_.log[r], s_.log[s_.write_row[x]]);
         double e;
         if (s_.token_row[tj] == i && fix_equal(s_.token_arg[tj], arg)) {
             e = s_.token_exp[tj];
@@ -401,8 +403,8 @@ public:
             s_.token_arg[tj] = arg;
             s_.token_exp[tj] = e;
         }
-        s_.run_row[top] = i;
-        s_.run_exp[top] = e;
+        s_.run_row[x] = i;
+        s_.run_exp[x] = e;
         return e;
     }
 

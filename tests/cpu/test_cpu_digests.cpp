@@ -1,8 +1,9 @@
 // The CPU backend's bits, pinned: every output of the forward and every gradient of the
 // backward, on inputs drawn the way users' data come (uniform, hot, Zipf-skewed and split
-// Zipf slots, reads that follow recent writes, one group holding a whole chunk, per-stream
-// lengths, gates over the whole range), hashed field by field (FNV-1a, 64 bits) and compared
-// with tests/cpu/cpu_digests.txt.
+// Zipf slots, an S8-sized Zipf chunk, reads that follow recent writes, one group holding a
+// whole chunk, per-stream lengths, gates over the whole range, one-token and one-lane chunks),
+// hashed field by field (FNV-1a, 64 bits) and compared with tests/cpu/cpu_digests.txt; and
+// the same bits whatever the plan's memory held before (a poisoning allocator).
 //
 // The CUDA backend is compared with the CPU's byte for byte on a GPU machine
 // (tests/cuda/test_cuda); this test is what lets CI, which has no GPU, notice a change of the
@@ -14,6 +15,7 @@
 //   test_cpu_digests --print               print the table (after a reviewed change of the bits)
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -65,6 +67,8 @@ const Case kCases[] = {
     {"one_slot", 2, 64, 4, 4, 1024, 1, Law::kOneSlot, false, true, false, SDM_P1_DET_ALL, true, false, false},
     {"lengths", 8, 32, 8, 4, 4096, 4, Law::kZipf, true, true, true, SDM_P1_DET_ALL, true, true, false},
     {"wide_gates", 4, 32, 8, 8, 256, 1, Law::kUniform, false, true, true, SDM_P1_DET_ALL, true, false, true},
+    {"one_token_lane", 2, 1, 1, 1, 4, 1, Law::kUniform, false, true, true, SDM_P1_DET_ALL, true, false, false},
+    {"tiny_hot", 3, 2, 2, 3, 2, 3, Law::kUniform, true, false, false, SDM_P1_DET_ALL, true, false, false},
     {"s8_like", 2, 128, 64, 64, 262144, 2, Law::kZipf, true, true, false, SDM_P1_UNSET, true, false, false},
     {"big_chunk", 2, 256, 16, 16, 1 << 20, 1, Law::kUniform, true, true, false, SDM_P1_UNSET, false, false, false},
 };
@@ -254,11 +258,26 @@ std::vector<Upstream> upstreams(const Case& c) {
             {SDM_P1_FIELD_KSPA, false, nk},  {SDM_P1_FIELD_QREC, false, nq},  {SDM_P1_FIELD_QREC8, false, nq}};
 }
 
+// The plan's memory (outputs and workspace) filled with one byte value before first use:
+// no output bit may depend on it (a stage reading scratch it did not write).
+int poisoned_alloc(void* ctx, void** ptr, size_t bytes, void*) {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p == nullptr) return 1;
+    std::memset(p, *static_cast<const unsigned char*>(ctx), bytes);
+    *ptr = p;
+    return 0;
+}
+void poisoned_free(void*, void* ptr, size_t, void*) { std::free(ptr); }
+
 // "name field digest" lines of one case: its forward's outputs (by the plan's field names),
-// then, for a backward case, its four gradients.
-std::vector<std::string> case_digests(const Case& c) {
+// then, for a backward case, its four gradients; the plan's memory and the gradients' buffers
+// filled with `poison` first.
+std::vector<std::string> case_digests(const Case& c, unsigned char poison) {
     std::vector<std::string> lines;
-    const Problem p = make_problem(c, fnv1a(c.name, std::strlen(c.name)));
+    Problem p = make_problem(c, fnv1a(c.name, std::strlen(c.name)));
+    p.desc.allocator.ctx = &poison;
+    p.desc.allocator.alloc = poisoned_alloc;
+    p.desc.allocator.free = poisoned_free;
     sdm_p1_plan* plan = nullptr;
     if (sdm_p1_plan_create(&plan, &p.desc) != SDM_P1_SUCCESS) {
         lines.push_back(std::string(c.name) + " plan_create failed: " + sdm_p1_last_error());
@@ -291,30 +310,30 @@ std::vector<std::string> case_digests(const Case& c) {
         }
         const int64_t nk = c.N * c.C * c.W, nq = c.N * c.C * c.R;
         const size_t vbytes = c.bf16 ? 2 : 4;   // grad_dtype: the value dtype
-        std::vector<char> dk(nk * vbytes), dq(nq * vbytes);
-        std::vector<float> dg(c.N * c.C * p.desc.gate_width), dbeta(c.N * c.C);
+        std::vector<unsigned char> dk(nk * vbytes, poison), dq(nq * vbytes, poison);
+        std::vector<unsigned char> dg(c.N * c.C * p.desc.gate_width * 4, poison), dbeta(c.N * c.C * 4, poison);
         sdm_p1_input_grads out = SDM_P1_INPUT_GRADS_INITIALIZER;
         out.k_val = dk.data();
         out.q_val = dq.data();
-        out.g = dg.data();
-        out.beta = dbeta.data();
+        out.g = reinterpret_cast<float*>(dg.data());
+        out.beta = reinterpret_cast<float*>(dbeta.data());
         if (sdm_p1_execute_backward(plan, &in, nullptr, grads, SDM_P1_FIELD_COUNT, &out, nullptr) != SDM_P1_SUCCESS) {
             lines.push_back(std::string(c.name) + " execute_backward failed: " + sdm_p1_last_error());
         } else {
             lines.push_back(std::string(c.name) + " grad_k_val " + hex(fnv1a(dk.data(), dk.size())));
             lines.push_back(std::string(c.name) + " grad_q_val " + hex(fnv1a(dq.data(), dq.size())));
-            lines.push_back(std::string(c.name) + " grad_g " + hex(fnv1a(dg.data(), dg.size() * 4)));
-            lines.push_back(std::string(c.name) + " grad_beta " + hex(fnv1a(dbeta.data(), dbeta.size() * 4)));
+            lines.push_back(std::string(c.name) + " grad_g " + hex(fnv1a(dg.data(), dg.size())));
+            lines.push_back(std::string(c.name) + " grad_beta " + hex(fnv1a(dbeta.data(), dbeta.size())));
         }
     }
     sdm_p1_plan_destroy(plan);
     return lines;
 }
 
-std::vector<std::string> all_digests() {
+std::vector<std::string> all_digests(unsigned char poison) {
     std::vector<std::string> lines;
     for (const Case& c : kCases) {
-        for (std::string& l : case_digests(c)) lines.push_back(std::move(l));
+        for (std::string& l : case_digests(c, poison)) lines.push_back(std::move(l));
     }
     return lines;
 }
@@ -333,7 +352,7 @@ void test_digests_match() {
         want[line.substr(0, cut)] = line.substr(cut + 1);
     }
     size_t seen = 0;
-    for (const std::string& got : all_digests()) {
+    for (const std::string& got : all_digests(0xA5)) {
         const size_t cut = got.rfind(' ');
         const auto it = want.find(got.substr(0, cut));
         if (it == want.end()) {
@@ -346,6 +365,14 @@ void test_digests_match() {
     }
     CHECK_MSG(seen == want.size(), "the table has lines no case computes");
     CHECK(want.size() > 100);
+}
+
+// Memory the library allocated and never wrote is never read: plans whose memory starts
+// as all zeros and as all ones give the bits of the table's (0xA5) runs.
+void test_memory_contents_never_read() {
+    const std::vector<std::string> want = all_digests(0xA5);
+    CHECK(all_digests(0x00) == want);
+    CHECK(all_digests(0xFF) == want);
 }
 
 // The inputs are what the table was made from: a draw of the generator pinned by value, so
@@ -373,7 +400,7 @@ int main(int argc, char** argv) {
     if (argc == 2 && std::strcmp(argv[1], "--print") == 0) {
         std::printf(
             "# test_cpu_digests --print (tests/cpu/test_cpu_digests.cpp): case, field, FNV-1a 64 of its bytes\n");
-        for (const std::string& l : all_digests()) std::printf("%s\n", l.c_str());
+        for (const std::string& l : all_digests(0xA5)) std::printf("%s\n", l.c_str());
         return 0;
     }
     if (argc != 2) {
@@ -383,5 +410,6 @@ int main(int argc, char** argv) {
     g_digests_file = argv[1];
     RUN(test_generator_pinned);
     RUN(test_digests_match);
+    RUN(test_memory_contents_never_read);
     return test_summary();
 }
