@@ -105,8 +105,12 @@
 /* How a shape's slot ids are drawn (within a token distinct where num_keys allows, else
  * each uniform): uniform; by a Zipf law of exponent `zipf`; writes uniform and every read
  * on the stream's slot 0; the writes by a Zipf law of exponent `zipf` and the reads by a
- * second, independent one (the same exponent, another ranking of the slots). */
-enum { kUniform, kZipf, kReadsOnSlot0, kZipfSplit };
+ * second, independent one (the same exponent, another ranking of the slots); writes uniform
+ * and reads that follow recent writes (each read a slot that its token or one of the
+ * kRecentTokens - 1 tokens before it in the chunk wrote, as a memory read back soon after
+ * it is written). */
+enum { kUniform, kZipf, kReadsOnSlot0, kZipfSplit, kRecentReads };
+enum { kRecentTokens = 4 };
 
 typedef struct Shape {
     const char* name;
@@ -137,6 +141,9 @@ static const Shape kShapes[] = {
     /* S7 and S8 with K and Q drawn from two independent Zipf 1.1 laws (two rankings). */
     {"S7split", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kZipfSplit, 1.1},
     {"S8split", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kZipfSplit, 1.1},
+    /* S1 and S6 with reads that follow recent writes (small groups, many pair terms). */
+    {"S1recent", 8192, 64, 32, 32, 65536, 128, 1, 0, 0, kRecentReads, 0.0},
+    {"S6recent", 128, 128, 64, 64, 262144, 2, 1, 0, 0, kRecentReads, 0.0},
 };
 enum { kShapeCount = sizeof kShapes / sizeof kShapes[0] };
 /* The shapes timed without a shape list: the first ten, S1 .. S8, WR1, WA1. */
@@ -245,6 +252,40 @@ static void token_ids(const Shape* s, int64_t lanes, int64_t base, uint32_t* sta
     }
 }
 
+static int64_t id_at(const Shape* s, const void* ids, int64_t at) {
+    return s->idx64 ? ((const int64_t*)ids)[at] : ((const int32_t*)ids)[at];
+}
+
+/* Token tok's reads, each a slot written by tok or by one of the kRecentTokens - 1 tokens
+ * before it in its chunk (their writes drawn already), distinct within the token while
+ * those writes hold enough distinct slots (else uniform draws fill the rest). */
+static void recent_read_ids(const Shape* s, int64_t base, uint32_t* stamp, uint32_t mark, uint64_t* st,
+                            const void* k_idx, void* q_idx, int64_t tok) {
+    const int64_t first_token = tok - tok % s->C;
+    const int64_t from = tok - (kRecentTokens - 1) > first_token ? tok - (kRecentTokens - 1) : first_token;
+    const int64_t writes = (tok + 1 - from) * s->W;
+    int64_t j = 0, k, tries;
+    for (tries = 0; j < s->R && tries < 64 * s->R; ++tries) {
+        const int64_t id = id_at(s, k_idx, from * s->W + (int64_t)(mix(st) % (uint64_t)writes));
+        int taken = 0;
+        if (stamp != NULL) {
+            taken = stamp[id - base] == mark;
+            if (!taken) stamp[id - base] = mark;
+        } else {
+            for (k = 0; k < j && !taken; ++k) taken = id_at(s, q_idx, tok * s->R + k) == id;
+        }
+        if (taken) continue;
+        if (s->idx64) ((int64_t*)q_idx)[tok * s->R + j] = id;
+        else ((int32_t*)q_idx)[tok * s->R + j] = (int32_t)id;
+        ++j;
+    }
+    for (; j < s->R; ++j) {
+        const int64_t id = base + (int64_t)(mix(st) % (uint64_t)s->num_keys);
+        if (s->idx64) ((int64_t*)q_idx)[tok * s->R + j] = id;
+        else ((int32_t*)q_idx)[tok * s->R + j] = (int32_t)id;
+    }
+}
+
 static void token_values(const Shape* s, int64_t lanes, uint64_t* st, void* vals, int64_t first) {
     int64_t j;
     for (j = 0; j < lanes; ++j) {
@@ -306,7 +347,9 @@ static int make_inputs(const Shape* s, HostInputs* in) {
         const Zipf* law = zipf_ids ? &zipf : NULL;
         const Zipf* read_law = s->ids == kZipfSplit ? &read_zipf : law;
         token_ids(s, s->W, base, stamp, ++mark, law, &st, in->k_idx, tok * s->W);
-        if (s->ids == kReadsOnSlot0) {
+        if (s->ids == kRecentReads) {
+            recent_read_ids(s, base, stamp, ++mark, &st, in->k_idx, in->q_idx, tok);
+        } else if (s->ids == kReadsOnSlot0) {
             for (j = 0; j < s->R; ++j) {
                 if (s->idx64) ((int64_t*)in->q_idx)[tok * s->R + j] = base;
                 else ((int32_t*)in->q_idx)[tok * s->R + j] = (int32_t)base;
@@ -550,7 +593,7 @@ static const char* fields_label(int64_t det) {
 }
 
 static void json_result(FILE* f, const Result* r, int last) {
-    static const char* const kIdNames[] = {"uniform", "zipf", "reads_on_slot_0", "zipf_split"};
+    static const char* const kIdNames[] = {"uniform", "zipf", "reads_on_slot_0", "zipf_split", "recent_reads"};
     const Shape* s = &r->shape;
     fputs("    {\"shape\": ", f);
     json_string(f, s->name);
@@ -1258,7 +1301,9 @@ static int help(const char* argv0) {
         "Shapes (docs/design.md): S1 .. S7; S8 = S6's configuration with S7's Zipf 1.1 ids;\n"
         "S7z0.8, S7z1.5, S8z0.8, S8z1.5 = S7 and S8 with Zipf exponent 0.8 or 1.5; S7split,\n"
         "S8split = S7 and S8 with writes and reads from two independent Zipf 1.1 laws (two\n"
-        "rankings of the slots); the worst cases WR1, WA1, WR264, WA264 (C = W = R = 256).\n"
+        "rankings of the slots); S1recent, S6recent = S1 and S6 with each read a slot that its\n"
+        "token or one of the 3 before it wrote; the worst cases WR1, WA1, WR264, WA264\n"
+        "(C = W = R = 256).\n"
         "Without shapes: CPU 256,64,32,32,65536; CUDA S1 .. S8, WR1, WA1 and the S1 sweep, each\n"
         "with the default and every field.\n",
         stdout);

@@ -4,8 +4,8 @@ reads them with the benchmark's JSON.
     python3 tests/check_bench_inputs.py PHASE1_BENCH REPOSITORY_ROOT
 
 Runs `phase1_bench --backend cpu --reps 1 --json ... --save-inputs DIR` on a small custom
-shape (16,16,8,8,64,2: 2 streams, 64 keys), S8 and S8split, then checks each DIR/<shape>.npz
-with NumPy:
+shape (16,16,8,8,64,2: 2 streams, 64 keys), S8, S8split and S6recent, then checks each
+DIR/<shape>.npz with NumPy:
 - its arrays and their dtypes and shapes (k_idx, q_idx int32; k_val, q_val uint16 bf16 bits;
   g float32 [N, C, 1]; the int64 scalars num_parallel, stream_offset, num_keys, valid_last);
 - every id in its chunk's stream (chunk n: stream n % num_parallel, ids in
@@ -13,8 +13,10 @@ with NumPy:
   [-1, 1], gates negative and above logsigmoid(-2);
 - the bytes against an independent regeneration here of the benchmark's documented random
   stream (splitmix64 from seed 42, the Zipf laws' permutations, per token K ids, Q ids, K values,
-  Q values, gate, beta): every token of the custom shape, the first 64 of S8 and S8split;
-- S8's most written slot is its most read one (one Zipf ranking), S8split's are not (two).
+  Q values, gate, beta): every token of the custom shape, the first 64 of the others;
+- S8's most written slot is its most read one (one Zipf ranking), S8split's are not (two);
+- every read of S6recent is a slot that its token or one of the 3 tokens before it in the
+  chunk wrote.
 Then bench/compare_spec.py on the JSON and the folder, with a stand-in for time_spec.py that
 prints its lines (2.5 ms a file) but fails on S8.npz: the table has one row a shape, the JSON's
 median ms, S8's spec column "-", the others' lead 2.5 / median. Exits 77 (meson's "skipped")
@@ -39,7 +41,12 @@ SHAPES: dict[str, tuple[int, int, int, int, int, int, float, bool]] = {
     "custom": (16, 16, 8, 8, 64, 2, 0.0, False),
     "S8": (128, 128, 64, 64, 262144, 2, 1.1, False),
     "S8split": (128, 128, 64, 64, 262144, 2, 1.1, True),
+    "S6recent": (128, 128, 64, 64, 262144, 2, 0.0, False),
 }
+# Shapes whose reads follow recent writes: each a slot of its token's or the RECENT_TOKENS - 1
+# tokens' before it in the chunk.
+RECENT = {"S6recent"}
+RECENT_TOKENS = 4
 SCALARS = ("num_parallel", "stream_offset", "num_keys", "valid_last")
 
 
@@ -103,10 +110,25 @@ def regenerate(name: str, tokens: int) -> dict[str, Any]:
         u = int(np.float32(v).view(np.uint32))
         return ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFFFFFF) >> 16
 
+    def recent_ids(tok: int) -> list[int]:
+        # drawn from the recent tokens' writes, distinct; uniform draws fill what they lack
+        first = max(tok - RECENT_TOKENS + 1, tok - tok % C)
+        writes = [i for t in range(first, tok + 1) for i in out["k_idx"][t]]
+        got: list[int] = []
+        for _ in range(64 * R):
+            if len(got) == R:
+                break
+            i = writes[rng.next() % len(writes)]
+            if i not in got:
+                got.append(i)
+        while len(got) < R:
+            got.append((tok // C % P) * keys + rng.next() % keys)
+        return got
+
     for tok in range(tokens):
         base = (tok // C % P) * keys
         out["k_idx"].append(token_ids(W, base, law))
-        out["q_idx"].append(token_ids(R, base, read_law))
+        out["q_idx"].append(recent_ids(tok) if name in RECENT else token_ids(R, base, read_law))
         out["k_val"].append([bf16(2.0 * rng.uniform() - 1.0) for _ in range(W)])
         out["q_val"].append([bf16(2.0 * rng.uniform() - 1.0) for _ in range(R)])
         x = -2.0 + 10.0 * rng.uniform()
@@ -163,6 +185,12 @@ def check_file(path: str, name: str) -> list[str]:
         if (top_write != top_read) != split:
             problems.append(f"{name}: stream 0's most written slot {top_write}, most read {top_read}: "
                             f"{'one ranking' if split else 'two rankings'}?")
+    if name in RECENT:
+        for t in range(C):
+            recent = a["k_idx"][:, max(0, t - RECENT_TOKENS + 1) : t + 1].reshape(N, -1)
+            if not all(np.isin(a["q_idx"][n, t], recent[n]).all() for n in range(N)):
+                problems.append(f"{name}: token {t} reads a slot its last {RECENT_TOKENS} tokens never wrote")
+                break
     return problems
 
 
@@ -207,7 +235,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         inputs, json_path = os.path.join(tmp, "inputs"), os.path.join(tmp, "bench.json")
         cmd = [bench, "--backend", "cpu", "--reps", "1", "--threads", "1", "--json", json_path,
-               "--save-inputs", inputs, CUSTOM, "S8", "S8split"]
+               "--save-inputs", inputs, CUSTOM, "S8", "S8split", "S6recent"]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             print(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
