@@ -110,9 +110,9 @@ void decode_payload(const Chunk& k, const InputRecord& in, const int32_t* row, c
 double row_sum(const Chunk& k, const UpstreamGrads& up, const ChunkScratch& s, const RowExps& exps, int r) {
     const uint32_t p = s.payload[r];
     const float* delta = (p & kIsQ) ? up.qk : up.a;
-    const int64_t cells = (k.c * k.o.C + payload_token(p)) * k.o.C;   // its token's row
-    double acc = 0.0;
     const int i = payload_token(p);
+    const int64_t cells = (k.c * k.o.C + i) * k.o.C;   // its token's row
+    double acc = 0.0;
     walk_earlier_writes(
         s, r,
         [&](int tj, double e, uint32_t bottom, uint32_t top) {
