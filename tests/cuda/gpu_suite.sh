@@ -241,7 +241,7 @@ fi
 
 # The host time of a cached PyTorch call (bindings/python/benchmarks/bench_overhead.py, issue
 # 44's 20 us at S6), through the compiled fast path sdm_phase1._torch_fast where the build has
-# it (CUDA tensors take it with SDMP1_TORCH_FAST_CUDA=1), then through the Python path alone.
+# it, then through the Python path alone.
 overhead() {
     if ! python3 -c 'import cffi, torch' 2>/dev/null; then
         echo "python3 lacks cffi or torch: skipped"
@@ -249,8 +249,8 @@ overhead() {
     fi
     local lib
     lib="$(cd "$build" && pwd)/libsdmp1.so"
-    echo "== the compiled fast path (SDMP1_TORCH_FAST_CUDA=1)"
-    SDMP1_LIBRARY="$lib" SDMP1_TORCH_FAST_CUDA=1 python3 bindings/python/benchmarks/bench_overhead.py \
+    echo "== the compiled fast path"
+    SDMP1_LIBRARY="$lib" python3 bindings/python/benchmarks/bench_overhead.py \
         --out "$log/overhead_fast.txt" || return
     echo "== the Python path (SDMP1_TORCH_FAST=0)"
     SDMP1_LIBRARY="$lib" SDMP1_TORCH_FAST=0 python3 bindings/python/benchmarks/bench_overhead.py \

@@ -38,19 +38,11 @@ import torch
 from .._c import ffi, lib, library_path
 from .._core import plan_cache
 
-__all__ = ["ENV_VAR", "CUDA_ENV_VAR", "cuda", "forward", "run_plan", "backward", "register", "set_enabled",
-           "available", "LOAD_ERROR"]
+__all__ = ["ENV_VAR", "forward", "run_plan", "backward", "register", "set_enabled", "available",
+           "LOAD_ERROR"]
 
 #: The environment variable that turns the extension off ("0").
 ENV_VAR = "SDMP1_TORCH_FAST"
-#: The environment variable that lets CUDA tensors take the extension too ("1"; read at
-#: import, and :data:`cuda` may be set later). Off by default until the extension's CUDA half
-#: (the current stream and capture queries, the block from the CUDA caching allocator) has run
-#: on a GPU: it was built and tested on the CPU backend alone. Off, CUDA calls take the
-#: Python path, as without the extension.
-CUDA_ENV_VAR = "SDMP1_TORCH_FAST_CUDA"
-#: Whether CUDA tensors take the extension (see CUDA_ENV_VAR).
-cuda = os.environ.get(CUDA_ENV_VAR) == "1"
 _NAME = "sdm_phase1._torch_fast"
 
 #: Why the extension was not used where it was found: it failed to load, or was built against
@@ -141,8 +133,6 @@ def register(plan: plan_cache.CachedPlan, k_idx, q_idx, k_val, q_val, g, beta, s
     that call's key (the arguments as given). Harmless twice; a no-op where the extension is
     off, the plan was destroyed, or the call has no key (the extension says)."""
     if forward is None or _ext is None or not plan.address:
-        return
-    if plan.workspace is not None and not cuda:  # a CUDA plan (see CUDA_ENV_VAR)
         return
     data = plan.extra
     _ext.register_plan(k_idx, q_idx, k_val, q_val, g, beta, stream_lengths, num_parallel,

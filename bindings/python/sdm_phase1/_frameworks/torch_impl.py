@@ -538,8 +538,8 @@ def _carved_outputs(plan, device, num_parallel, check, k_idx, q_idx, k_val, q_va
     """The plan executed into a new output block, the repeats counted where asked, and the
     outputs carved from the block (Phase1's computed values, in the plan's order)."""
     data = plan.extra
-    # the same, compiled (None: not built, or off; CUDA plans only where torch_fast.cuda)
-    run = torch_fast.run_plan if device < 0 or torch_fast.cuda else None
+    # the same, compiled (None: not built, or off)
+    run = torch_fast.run_plan
     if run is not None and repeats is None:
         outs = run(plan, k_idx, q_idx, k_val, q_val, g, beta, stream_lengths, num_parallel)
         if outs is not None:
@@ -764,8 +764,8 @@ class _Phase1Function(torch.autograd.Function):
             data.backward_plans[stream] = plan
         else:
             plan_cache.note_hit(plan)
-        # the compiled call (None: not built, or off; CUDA plans only where torch_fast.cuda)
-        fast = torch_fast.backward if device < 0 or torch_fast.cuda else None
+        # the compiled call (None: not built, or off)
+        fast = torch_fast.backward
         outs = None if fast is None else fast(plan, stream, k_idx, q_idx, k_val, q_val, g, beta,
                                               stream_lengths, payload, data.float_fields, grads)
         if outs is None:
