@@ -223,6 +223,16 @@ static void zipf_free(Zipf* z) {
     free(z->perm);
 }
 
+/* Element `at` of an id array of the shape's id type. */
+static int64_t id_at(const Shape* s, const void* ids, int64_t at) {
+    return s->idx64 ? ((const int64_t*)ids)[at] : ((const int32_t*)ids)[at];
+}
+
+static void set_id(const Shape* s, void* ids, int64_t at, int64_t id) {
+    if (s->idx64) ((int64_t*)ids)[at] = id;
+    else ((int32_t*)ids)[at] = (int32_t)id;
+}
+
 /* Ids of one token's `lanes` entries, distinct where num_keys allows, uniform or by `zipf`
  * (non-NULL): `stamp` (num_keys words, or NULL for huge key ranges) marks the ids this token
  * already took with `mark`. */
@@ -241,19 +251,14 @@ static void token_ids(const Shape* s, int64_t lanes, int64_t base, uint32_t* sta
                 if (!taken) stamp[id] = mark;
             } else {
                 for (k = 0; k < j && !taken; ++k) {
-                    const int64_t other = s->idx64 ? ((int64_t*)ids)[first + k] : ((int32_t*)ids)[first + k];
+                    const int64_t other = id_at(s, ids, first + k);
                     taken = other == base + id;
                 }
             }
             if (!taken) break;
         }
-        if (s->idx64) ((int64_t*)ids)[first + j] = base + id;
-        else ((int32_t*)ids)[first + j] = (int32_t)(base + id);
+        set_id(s, ids, first + j, base + id);
     }
-}
-
-static int64_t id_at(const Shape* s, const void* ids, int64_t at) {
-    return s->idx64 ? ((const int64_t*)ids)[at] : ((const int32_t*)ids)[at];
 }
 
 /* Token tok's reads, each a slot written by tok or by one of the kRecentTokens - 1 tokens
@@ -275,15 +280,10 @@ static void recent_read_ids(const Shape* s, int64_t base, uint32_t* stamp, uint3
             for (k = 0; k < j && !taken; ++k) taken = id_at(s, q_idx, tok * s->R + k) == id;
         }
         if (taken) continue;
-        if (s->idx64) ((int64_t*)q_idx)[tok * s->R + j] = id;
-        else ((int32_t*)q_idx)[tok * s->R + j] = (int32_t)id;
+        set_id(s, q_idx, tok * s->R + j, id);
         ++j;
     }
-    for (; j < s->R; ++j) {
-        const int64_t id = base + (int64_t)(mix(st) % (uint64_t)s->num_keys);
-        if (s->idx64) ((int64_t*)q_idx)[tok * s->R + j] = id;
-        else ((int32_t*)q_idx)[tok * s->R + j] = (int32_t)id;
-    }
+    for (; j < s->R; ++j) set_id(s, q_idx, tok * s->R + j, base + (int64_t)(mix(st) % (uint64_t)s->num_keys));
 }
 
 static void token_values(const Shape* s, int64_t lanes, uint64_t* st, void* vals, int64_t first) {
@@ -350,10 +350,7 @@ static int make_inputs(const Shape* s, HostInputs* in) {
         if (s->ids == kRecentReads) {
             recent_read_ids(s, base, stamp, ++mark, &st, in->k_idx, in->q_idx, tok);
         } else if (s->ids == kReadsOnSlot0) {
-            for (j = 0; j < s->R; ++j) {
-                if (s->idx64) ((int64_t*)in->q_idx)[tok * s->R + j] = base;
-                else ((int32_t*)in->q_idx)[tok * s->R + j] = (int32_t)base;
-            }
+            for (j = 0; j < s->R; ++j) set_id(s, in->q_idx, tok * s->R + j, base);
         } else {
             token_ids(s, s->R, base, stamp, ++mark, read_law, &st, in->q_idx, tok * s->R);
         }
